@@ -1,0 +1,567 @@
+/*
+ * bufkern.h — tensor-buffer primitives for ML runtimes.
+ *
+ * This header is the specification of the library. Every function documents
+ * its shapes, ownership, synchronization and the statuses it returns.
+ *
+ * Conventions that hold for every function below:
+ *
+ *  - A bk_buffer is an opaque, reference-counted handle to one flat,
+ *    contiguous, row-major array with a dtype, a length in elements and a
+ *    device. Shapes are never stored in the buffer: each primitive takes its
+ *    geometry explicitly and checks that every buffer length equals the
+ *    product of the dims it is described by.
+ *  - Inputs are borrowed (const bk_buffer *): never retained, freed or
+ *    written. Every result is a new buffer owned by the caller, returned
+ *    through a trailing out-parameter that is written only on success. On
+ *    failure every out-parameter is set to NULL and nothing leaks.
+ *  - All numeric buffers of one call share one dtype (masks and weights
+ *    included); a mismatch is BK_ERR_DTYPE. Results keep that dtype.
+ *  - A primitive runs on the device of its inputs. All inputs must live on
+ *    one device and the context must be for that device, else
+ *    BK_ERR_DEVICE_MISMATCH. A NULL context means the calling thread's
+ *    default context for the inputs' device.
+ *  - Sizes are int64_t; a negative size is BK_ERR_INVALID_ARGUMENT; every
+ *    product of sizes is overflow-checked (an overflow is
+ *    BK_ERR_INVALID_ARGUMENT). Flags documented as 0/1 reject other values.
+ *  - Host index arrays are const uint64_t *; an index above UINT32_MAX is
+ *    BK_ERR_INVALID_ARGUMENT.
+ *  - Every fallible function returns bk_status (BK_OK is 0) and records a
+ *    message for bk_last_error() naming the function, the argument and the
+ *    offending values. The library never aborts, exits or prints.
+ *  - Validation happens once, before dispatch, so every backend accepts and
+ *    rejects exactly the same calls. Argument checks run before the device
+ *    check, so an invalid call is rejected the same way on every machine.
+ *  - CUDA work is queued on the context's stream and returns without waiting
+ *    unless the function says "synchronizes".
+ *  - Every primitive is deterministic: the same inputs on the same device and
+ *    build give bitwise-identical results. Results of different backends agree
+ *    within the tolerances of the accuracy section of the contract.
+ *  - Zero-length buffers are valid everywhere and hold no device memory.
+ *
+ * Thread safety: a context is used by one thread at a time; buffers may be
+ * read by many threads at once. Retain and release are thread-safe.
+ */
+#ifndef BUFKERN_H
+#define BUFKERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BK_VERSION_MAJOR 0
+#define BK_VERSION_MINOR 1
+#define BK_VERSION_PATCH 0
+
+/* Maximum rank of the rank-polymorphic primitives. */
+#define BK_MAX_RANK 16
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BK_NODISCARD __attribute__((warn_unused_result))
+#else
+#define BK_NODISCARD
+#endif
+
+#if defined(_WIN32)
+#define BK_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define BK_API __attribute__((visibility("default")))
+#else
+#define BK_API
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Status codes, grouped by hundreds: 1xx bad argument, 2xx unsupported,
+ * 3xx resources, 4xx device or library failure, 9xx internal. Values are
+ * appended, never renumbered. BK_STATUS_LIST is the single list the enum and
+ * bk_status_string() are generated from.
+ */
+#define BK_STATUS_LIST(X)                                                      \
+  X(BK_OK, 0, "ok")                                                            \
+  X(BK_ERR_INVALID_ARGUMENT, 100, "invalid argument")                          \
+  X(BK_ERR_DTYPE, 101, "dtype mismatch or unsupported dtype")                  \
+  X(BK_ERR_DEVICE_MISMATCH, 102, "device mismatch")                            \
+  X(BK_ERR_NULL, 103, "null pointer")                                          \
+  X(BK_ERR_UNSUPPORTED, 200, "unsupported")                                    \
+  X(BK_ERR_OUT_OF_MEMORY, 300, "out of memory")                                \
+  X(BK_ERR_NO_DEVICE, 301, "no such device")                                   \
+  X(BK_ERR_DEVICE, 400, "device or library failure")                           \
+  X(BK_ERR_INTERNAL, 900, "internal error")
+
+typedef enum bk_status {
+#define BK_STATUS_ENUM_(name, value, text) name = value,
+  BK_STATUS_LIST(BK_STATUS_ENUM_)
+#undef BK_STATUS_ENUM_
+} bk_status;
+
+/* ------------------------------------------------------------------------ */
+/* Dtypes, devices, handles                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Element types. BK_F32 and BK_F64 are supported by every primitive on every
+ * backend. BK_BF16 and BK_F16 are reserved: every primitive rejects them
+ * with BK_ERR_DTYPE. */
+typedef enum bk_dtype { BK_F32 = 0, BK_F64 = 1, BK_BF16 = 2, BK_F16 = 3 } bk_dtype;
+
+/* Device kinds use the DLPack codes. */
+typedef enum bk_device_kind { BK_DEVICE_CPU = 1, BK_DEVICE_CUDA = 2 } bk_device_kind;
+
+typedef struct bk_device {
+  bk_device_kind kind;
+  int32_t index; /* 0 for the CPU; the CUDA ordinal for a GPU. */
+} bk_device;
+
+/* Opaque handles. */
+typedef struct bk_buffer bk_buffer;
+typedef struct bk_context bk_context;
+
+/* ------------------------------------------------------------------------ */
+/* Library information and errors                                            */
+/* ------------------------------------------------------------------------ */
+
+/* "MAJOR.MINOR.PATCH". Static storage; never NULL. */
+BK_API const char *bk_version(void);
+
+/* Short text naming a status ("invalid argument"). Unknown values give
+ * "unknown status". Static storage; never NULL. */
+BK_API const char *bk_status_string(bk_status status);
+
+/* The calling thread's message for its last failed call, e.g.
+ * "bk_rows_gather: indices[3] = 4294967296 exceeds the index range (max
+ * 4294967295)". Empty string when no call has failed on this thread. The text
+ * is thread-local and valid until the thread's next failing call. A successful
+ * call leaves the previous message in place. */
+BK_API const char *bk_last_error(void);
+
+/* Build facts, one line each of "key: value" ("backends: cpu cuda",
+ * "blas: openblas", "openmp: yes"). Static storage. */
+BK_API const char *bk_build_info(void);
+
+/* ------------------------------------------------------------------------ */
+/* Contexts                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A context holds a device, its stream, library handles (cuBLAS, cuFFT plan
+ * cache, cuDNN), scratch memory and caches. Creates a new context for
+ * `device`; *out is owned by the caller and freed with bk_context_destroy.
+ * Buffers made through a context keep what they need of it alive, so a
+ * buffer may outlive the context that made it.
+ *
+ * Returns BK_ERR_NULL (out NULL), BK_ERR_INVALID_ARGUMENT (unknown kind, or a
+ * CPU index other than 0, or a negative index), BK_ERR_UNSUPPORTED (a CUDA
+ * device in a build without CUDA), BK_ERR_NO_DEVICE (a CUDA index with no GPU
+ * behind it), BK_ERR_OUT_OF_MEMORY, BK_ERR_DEVICE.
+ */
+BK_API BK_NODISCARD bk_status bk_context_create(bk_device device, bk_context **out);
+
+/* Releases the caller's hold on a context. Work already queued completes.
+ * NULL is a no-op. Destroying a thread's default context is not allowed (it
+ * is not the caller's). */
+BK_API void bk_context_destroy(bk_context *ctx);
+
+/* Makes the context queue its work on a caller's cudaStream_t (NULL selects
+ * the context's own non-blocking stream again). The caller keeps ownership
+ * of the stream and must keep it alive while the context and the buffers it
+ * made are in use. Returns BK_ERR_NULL (ctx NULL), BK_ERR_UNSUPPORTED on a
+ * CPU context. */
+BK_API BK_NODISCARD bk_status bk_context_set_stream(bk_context *ctx, void *cuda_stream);
+
+/* Waits until all work queued on the context has completed. Synchronizes.
+ * NULL means the calling thread's default CPU context (a no-op). */
+BK_API BK_NODISCARD bk_status bk_context_synchronize(bk_context *ctx);
+
+/* The context's device. NULL gives the CPU device. */
+BK_API bk_device bk_context_device(const bk_context *ctx);
+
+/* Number of CUDA devices visible; 0 in a build without CUDA or when the
+ * driver reports none. */
+BK_API int bk_cuda_device_count(void);
+
+/* ------------------------------------------------------------------------ */
+/* Buffers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A new buffer of `length` zeros on ctx's device (NULL: the thread's CPU
+ * context). Returns BK_ERR_NULL, BK_ERR_INVALID_ARGUMENT (negative length,
+ * byte size overflow), BK_ERR_DTYPE, BK_ERR_OUT_OF_MEMORY, BK_ERR_DEVICE. */
+BK_API BK_NODISCARD bk_status bk_buffer_zeros(bk_context *ctx, bk_dtype dtype, int64_t length,
+                                              bk_buffer **out);
+
+/* A new buffer on ctx's device holding a copy of `length` host elements of
+ * `dtype` at `data` (which may be NULL only when length is 0). The host array
+ * may be reused as soon as the call returns. Same statuses as
+ * bk_buffer_zeros. */
+BK_API BK_NODISCARD bk_status bk_buffer_from_host(bk_context *ctx, bk_dtype dtype,
+                                                  const void *data, int64_t length,
+                                                  bk_buffer **out);
+
+/* Copies the buffer's elements to host memory. Requires length ==
+ * bk_buffer_length(buf); data may be NULL only when length is 0.
+ * Synchronizes: the data is in place when the call returns. ctx NULL means
+ * the default context of the buffer's device. Returns BK_ERR_NULL,
+ * BK_ERR_INVALID_ARGUMENT (length), BK_ERR_DEVICE_MISMATCH, BK_ERR_DEVICE. */
+BK_API BK_NODISCARD bk_status bk_buffer_to_host(bk_context *ctx, const bk_buffer *buf, void *data,
+                                                int64_t length);
+
+/* A new buffer on dst_ctx's device with a copy of src, which may be on any
+ * device (CPU to GPU, GPU to CPU, GPU to GPU). dst_ctx NULL means the
+ * thread's default CPU context. A copy from a GPU to the CPU synchronizes.
+ * Returns BK_ERR_NULL, BK_ERR_OUT_OF_MEMORY, BK_ERR_DEVICE. */
+BK_API BK_NODISCARD bk_status bk_buffer_copy(bk_context *dst_ctx, const bk_buffer *src,
+                                             bk_buffer **out);
+
+/* Adds a reference and returns buf (NULL gives NULL). Thread-safe. */
+BK_API bk_buffer *bk_buffer_retain(bk_buffer *buf);
+
+/* Drops a reference; the memory is freed with the last one. NULL is a no-op.
+ * Thread-safe. Device memory is returned on the stream of the context that
+ * made the buffer, after the work queued there. */
+BK_API void bk_buffer_release(bk_buffer *buf);
+
+/* Accessors; NULL gives BK_F32, 0 and the CPU device respectively. */
+BK_API bk_dtype bk_buffer_dtype(const bk_buffer *buf);
+BK_API int64_t bk_buffer_length(const bk_buffer *buf);
+BK_API bk_device bk_buffer_device(const bk_buffer *buf);
+
+/* The address of the first element (a device pointer for a GPU buffer), for
+ * interop. NULL for a zero-length buffer. The library never writes through
+ * it after the buffer was returned; a caller who writes into it breaks the
+ * immutability that other holders rely on. */
+BK_API void *bk_buffer_data(const bk_buffer *buf);
+
+/* ------------------------------------------------------------------------ */
+/* 3.1 Softmax                                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Softmax along `axis` of the contiguous tensor `dims` (rank entries):
+ * for every fibre along the axis, y = exp(x - m) / sum(exp(x - m)), m the
+ * fibre maximum. *out has the shape and length of x.
+ *
+ * Empty tensor (some dim 0): empty result. A fibre holding NaN, +inf, or
+ * only -inf yields NaN entries in that fibre.
+ * Returns BK_ERR_NULL, BK_ERR_INVALID_ARGUMENT (rank 0 or above BK_MAX_RANK,
+ * axis outside [0, rank), negative dim, length != product(dims)),
+ * BK_ERR_DTYPE, BK_ERR_DEVICE_MISMATCH, BK_ERR_OUT_OF_MEMORY, BK_ERR_DEVICE.
+ */
+BK_API BK_NODISCARD bk_status bk_softmax(bk_context *ctx, const bk_buffer *x, const int64_t *dims,
+                                         int rank, int axis, bk_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* 3.2, 3.3 Cross-entropies                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Mean weighted logits cross-entropy. logits and weights are (rows, cols).
+ * *out has length 1:
+ *   L = (1/max(rows,1)) * sum_r sum_c w[r,c] * (lse_r - x[r,c]),
+ *   lse_r = m_r + log(sum_c exp(x[r,c] - m_r)).
+ * Each term is w * (lse - x); when (lse - x) is not finite the term is
+ * recomputed as w*lse - w*x, so a zero weight contributes exactly 0.
+ * rows == 0 gives 0; a row with cols == 0 contributes 0. Accumulation is in
+ * float64 for both dtypes.
+ */
+BK_API BK_NODISCARD bk_status bk_xent_weighted_mean(bk_context *ctx, const bk_buffer *logits,
+                                                    const bk_buffer *weights, int64_t rows,
+                                                    int64_t cols, bk_buffer **out);
+
+/*
+ * Fixed-teacher cross-entropy (gradient == 0, *out length 1) or its student
+ * gradient (gradient == 1, *out length rows*cols). student and teacher are
+ * (rows, cols); p_r = softmax(teacher_r).
+ *   loss = (1/max(rows,1)) * sum_r [ log sum_c exp(S - mS_r) - sum_c p*(S - mS_r) ]
+ *   grad = (softmax(S_r) - p_r) / max(rows,1)
+ * rows == 0 or cols == 0: loss 0, gradient empty. gradient other than 0/1
+ * is BK_ERR_INVALID_ARGUMENT.
+ */
+BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *student,
+                                              const bk_buffer *teacher, int64_t rows,
+                                              int64_t cols, int gradient, bk_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* 3.4 Grouped convolution                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Grouped convolution over a spatial suffix (cross-correlation, as in ML
+ * frameworks), with stride, dilation and asymmetric zero padding.
+ *  - spatial_rank in 1..3; stride, pad_before, pad_after, dilation have
+ *    spatial_rank entries; kernel_dims has spatial_rank + 2 entries.
+ *  - input_dims = (batch axes..., C_in, s_1..s_r); the channel axis is
+ *    input_rank - spatial_rank - 1 >= 0; axes before it fold into N (1 if
+ *    none). input_rank <= BK_MAX_RANK.
+ *  - kernel_dims = (C_out, C_in, k_1..k_r), the dense layout: output channel
+ *    oc is in group g = oc / (C_out/groups) and reads only input channels
+ *    g*(C_in/groups) .. (g+1)*(C_in/groups)-1; other blocks are never read.
+ *  - out extent per axis = padded < eff ? 0 : (padded - eff)/stride + 1 with
+ *    eff = (k-1)*dil + 1, padded = in + before + after.
+ *  - bias has C_out entries, or is NULL for no bias.
+ * *out is (N, C_out, out_1..out_r) row-major; an output volume of 0 gives an
+ * empty result.
+ * Returns BK_ERR_INVALID_ARGUMENT for groups <= 0, C_in or C_out not
+ * divisible by groups, kernel_dims[1] != C_in, k, stride or dilation <= 0,
+ * negative padding, length mismatches; plus the usual statuses.
+ */
+BK_API BK_NODISCARD bk_status bk_conv(bk_context *ctx, const bk_buffer *input,
+                                      const bk_buffer *kernel, const bk_buffer *bias,
+                                      const int64_t *input_dims, int input_rank,
+                                      const int64_t *kernel_dims, int spatial_rank,
+                                      const int64_t *stride, const int64_t *pad_before,
+                                      const int64_t *pad_after, const int64_t *dilation,
+                                      int64_t groups, bk_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* 3.5 Row reductions and masks over flat (rows, cols) buffers               */
+/* ------------------------------------------------------------------------ */
+
+/* out[i] = sum_j x[i,j], length rows; cols == 0 gives rows zeros. float32
+ * data is accumulated in float64 on the CPU and in a pairwise float32 tree on
+ * CUDA, both deterministic. */
+BK_API BK_NODISCARD bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, int64_t rows,
+                                          int64_t cols, bk_buffer **out);
+
+/* out[i] = max_j x[i,j] ignoring NaN (an all-NaN row gives -inf), length
+ * rows; cols == 0 gives rows zeros. */
+BK_API BK_NODISCARD bk_status bk_rows_max(bk_context *ctx, const bk_buffer *x, int64_t rows,
+                                          int64_t cols, bk_buffer **out);
+
+/* length rows*cols: per row a single 1 at the first maximal coordinate
+ * (scan from 0, replace only on strictly greater), 0 elsewhere. Ties go to
+ * the lowest index; a row of -inf or NaN selects index 0 unless a later
+ * entry compares strictly greater. rows*cols == 0 gives an empty buffer. */
+BK_API BK_NODISCARD bk_status bk_rows_first_max_mask(bk_context *ctx, const bk_buffer *x,
+                                                     int64_t rows, int64_t cols,
+                                                     bk_buffer **out);
+
+/* length rows*cols: out[r,i] = 1 iff fewer than k entries of row r beat
+ * entry i, where j beats i when x_j > x_i, or when neither is greater and
+ * j < i (so NaN ties with everything by position). k == 0 gives zeros,
+ * k >= cols ones; k < 0 is BK_ERR_INVALID_ARGUMENT. Exact. */
+BK_API BK_NODISCARD bk_status bk_rows_topk_mask(bk_context *ctx, const bk_buffer *x, int64_t rows,
+                                                int64_t cols, int64_t k, bk_buffer **out);
+
+/* Hard-masked softmax: allowed <=> mask != 0 (NaN in the mask counts as
+ * allowed, being != 0). Per row, max and denominator over allowed entries
+ * only; blocked entries are exactly +0; a row with no allowed entry is all
+ * zeros. Blocked scores never influence the result. */
+BK_API BK_NODISCARD bk_status bk_rows_masked_softmax(bk_context *ctx, const bk_buffer *scores,
+                                                     const bk_buffer *mask, int64_t rows,
+                                                     int64_t cols, bk_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* 3.6 Vectors, broadcasts and layout                                        */
+/* ------------------------------------------------------------------------ */
+
+/* length n+m: a then b; len(a) == n, len(b) == m. */
+BK_API BK_NODISCARD bk_status bk_vec_concat(bk_context *ctx, const bk_buffer *a,
+                                            const bk_buffer *b, int64_t n, int64_t m,
+                                            bk_buffer **out);
+
+/* Copy of x[start, start+len); len(x) == n, start >= 0, len >= 0 and
+ * start + len <= n (checked without overflow). */
+BK_API BK_NODISCARD bk_status bk_vec_slice(bk_context *ctx, const bk_buffer *x, int64_t n,
+                                           int64_t start, int64_t len, bk_buffer **out);
+
+/* (rows, cols) with out[i,j] = vec[i]; len(vec) == rows. */
+BK_API BK_NODISCARD bk_status bk_broadcast_col(bk_context *ctx, const bk_buffer *vec, int64_t rows,
+                                               int64_t cols, bk_buffer **out);
+
+/*
+ * Broadcast x (shape in_dims) to out_dims. axis_map has out_rank entries:
+ * axis_map[j] == 0 inserts output axis j (input coordinate 0); axis_map[j] ==
+ * a+1 reads input axis a, at coordinate 0 when in_dims[a] == 1 and at the
+ * output coordinate otherwise. Invalid: an entry outside [0, in_rank], an
+ * input axis used twice or never, in_dims[a] neither 1 nor out_dims[j].
+ * Input axes may be mapped in any order (a permutation is allowed).
+ */
+BK_API BK_NODISCARD bk_status bk_broadcast_to(bk_context *ctx, const bk_buffer *x,
+                                              const int64_t *in_dims, int in_rank,
+                                              const int64_t *out_dims, int out_rank,
+                                              const int64_t *axis_map, bk_buffer **out);
+
+/* The sum-adjoint of bk_broadcast_to with the same geometry: din[i] is the
+ * sum of dout[o] over every output coordinate o mapped to i, folded in
+ * row-major order of the output. *out has product(in_dims) elements. */
+BK_API BK_NODISCARD bk_status bk_broadcast_to_adjoint(bk_context *ctx, const bk_buffer *dout,
+                                                      const int64_t *in_dims, int in_rank,
+                                                      const int64_t *out_dims, int out_rank,
+                                                      const int64_t *axis_map, bk_buffer **out);
+
+/* Transposes axes depth and depth+1 of the tensor dims; requires
+ * 0 <= depth and depth + 1 < rank. */
+BK_API BK_NODISCARD bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer *x,
+                                               const int64_t *dims, int rank, int depth,
+                                               bk_buffer **out);
+
+/* Sum over `axis` (0 <= axis < rank), result row-major with the axis
+ * removed. rank 0 returns a copy of the single element; a zero-extent axis
+ * gives zeros. Summed in index order along the axis (float64 accumulation
+ * for float32 data on the CPU). */
+BK_API BK_NODISCARD bk_status bk_sum_axis(bk_context *ctx, const bk_buffer *x,
+                                          const int64_t *dims, int rank, int axis,
+                                          bk_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* 3.7 Layer normalization                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Per row of x (rows, cols): mu = mean, var = population variance,
+ * inv_std = 1/sqrt(var + eps), normalized = (x - mu) * inv_std,
+ * out = normalized * gamma + beta. gamma, beta have cols entries.
+ * Results: out (rows, cols), normalized (rows, cols), inv_std (rows).
+ * Statistics are as accurate as a two-pass float64 computation rounded to
+ * the dtype. cols == 0, eps < 0 or non-finite eps is
+ * BK_ERR_INVALID_ARGUMENT; rows == 0 gives empty results. On failure all
+ * three out-parameters are NULL.
+ */
+BK_API BK_NODISCARD bk_status bk_layernorm_forward(bk_context *ctx, const bk_buffer *x,
+                                                   const bk_buffer *gamma, const bk_buffer *beta,
+                                                   int64_t rows, int64_t cols, double eps,
+                                                   bk_buffer **out, bk_buffer **normalized,
+                                                   bk_buffer **inv_std);
+
+/*
+ * Layer-norm VJP from the saved values: g = dout * gamma; per row
+ * S1 = sum g, S2 = sum g*normalized;
+ * dx = inv_std/cols * (cols*g - S1 - normalized*S2) (rows, cols);
+ * dgamma[j] = sum_i dout[i,j]*normalized[i,j]; dbeta[j] = sum_i dout[i,j]
+ * (cols each, summed in row order). cols == 0 is BK_ERR_INVALID_ARGUMENT;
+ * rows == 0 gives empty dx and zero dgamma, dbeta.
+ */
+BK_API BK_NODISCARD bk_status bk_layernorm_backward(bk_context *ctx, const bk_buffer *dout,
+                                                    const bk_buffer *normalized,
+                                                    const bk_buffer *inv_std,
+                                                    const bk_buffer *gamma, int64_t rows,
+                                                    int64_t cols, bk_buffer **dx,
+                                                    bk_buffer **dgamma, bk_buffer **dbeta);
+
+/* ------------------------------------------------------------------------ */
+/* 3.8 Batched matrix products                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * C = op(A) op(B): logical (batch,m,n) x (batch,n,p) -> (batch,m,p). With
+ * trans_a == 1, A is stored (batch,n,m); with trans_b == 1, B is stored
+ * (batch,p,n). No transposed copy is made. n == 0 gives zeros. Never uses
+ * reduced-precision modes (no TF32). Flags other than 0/1 are
+ * BK_ERR_INVALID_ARGUMENT.
+ */
+BK_API BK_NODISCARD bk_status bk_bmm(bk_context *ctx, const bk_buffer *A, const bk_buffer *B,
+                                     int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a,
+                                     int trans_b, bk_buffer **out);
+
+/*
+ * C = scale * op(A) op(B), scale finite and > 0. The scale is split between
+ * the operands in exact powers of two so that a product whose true value is
+ * representable does not overflow or underflow on the way.
+ * *range_loss (an int, may not be NULL) is set to 1 when an input or result
+ * entry is non-finite, a result entry has magnitude below the dtype's
+ * smallest normal (exact zero included), or scale*n*max|A|*max|B| exceeds
+ * the dtype's largest finite value; otherwise 0. An empty result (batch, m
+ * or p zero) sets 0. Synchronizes once to read the flag. Not a certified
+ * error bound. On failure *out is NULL and *range_loss is 0.
+ */
+BK_API BK_NODISCARD bk_status bk_bmm_scaled(bk_context *ctx, const bk_buffer *A,
+                                            const bk_buffer *B, int64_t batch, int64_t m,
+                                            int64_t n, int64_t p, int trans_a, int trans_b,
+                                            double scale, bk_buffer **out, int *range_loss);
+
+/* ------------------------------------------------------------------------ */
+/* 3.9 Real FFTs over a packed half spectrum                                 */
+/* ------------------------------------------------------------------------ */
+
+/* x (batch, n) -> (batch, n/2+1, 2) holding [re, im] of
+ * X[k] = sum_t x[t] e^{-2 pi i k t / n}, k = 0..n/2 (unnormalized). n >= 1
+ * (any n, odd and prime included); n == 0 is BK_ERR_INVALID_ARGUMENT;
+ * batch == 0 gives an empty result. */
+BK_API BK_NODISCARD bk_status bk_rfft(bk_context *ctx, const bk_buffer *x, int64_t batch,
+                                      int64_t n, bk_buffer **out);
+
+/* Inverse of bk_rfft with the 1/n factor: spec (batch, n/2+1, 2) -> (batch,
+ * n). The imaginary parts of bin 0 and, for even n, bin n/2 are ignored. */
+BK_API BK_NODISCARD bk_status bk_irfft(bk_context *ctx, const bk_buffer *spec, int64_t batch,
+                                       int64_t n, bk_buffer **out);
+
+/* bk_irfft without the 1/n factor (the transform itself, not a scaled
+ * result); the adjoint of bk_rfft up to the packing weights. */
+BK_API BK_NODISCARD bk_status bk_irfft_unnormalized(bk_context *ctx, const bk_buffer *spec,
+                                                    int64_t batch, int64_t n, bk_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* 3.10 Diagonal selective scans                                             */
+/* ------------------------------------------------------------------------ */
+
+/* A, B, h0 (state); X (seq_len, state):
+ * h[t,j] = A[j]*h[t-1,j] + B[j]*X[t,j], h[-1] = h0; *out (seq_len, state).
+ * seq_len == 0 or state == 0: empty result. */
+BK_API BK_NODISCARD bk_status bk_scan_diag(bk_context *ctx, const bk_buffer *A, const bk_buffer *B,
+                                           const bk_buffer *X, const bk_buffer *h0,
+                                           int64_t seq_len, int64_t state, bk_buffer **out);
+
+/* Gradients of bk_scan_diag, with h read from `out` (its result):
+ * g[t] = dy[t] + A*g[t+1] (g[seq_len] = 0); dA = sum_t g[t]*h[t-1],
+ * dB = sum_t g[t]*X[t] (summed from t = seq_len-1 down to 0), dX[t] = g[t]*B,
+ * dh0 = A*g[0]. dA, dB, dh0 have state entries, dX (seq_len, state).
+ * Empty cases: empty dX and state zeros for dA, dB, dh0. */
+BK_API BK_NODISCARD bk_status bk_scan_diag_backward(bk_context *ctx, const bk_buffer *A,
+                                                    const bk_buffer *B, const bk_buffer *X,
+                                                    const bk_buffer *h0, const bk_buffer *out,
+                                                    const bk_buffer *dy, int64_t seq_len,
+                                                    int64_t state, bk_buffer **dA,
+                                                    bk_buffer **dB, bk_buffer **dX,
+                                                    bk_buffer **dh0);
+
+/* Token-dependent form: A, B, X (seq_len, state), h0 (state):
+ * h[t,j] = A[t,j]*h[t-1,j] + B[t,j]*X[t,j]. */
+BK_API BK_NODISCARD bk_status bk_scan_diag_var(bk_context *ctx, const bk_buffer *A,
+                                               const bk_buffer *B, const bk_buffer *X,
+                                               const bk_buffer *h0, int64_t seq_len,
+                                               int64_t state, bk_buffer **out);
+
+/* Gradients of bk_scan_diag_var: g[t] = dy[t] + A[t+1]*g[t+1];
+ * dA[t] = g[t]*h[t-1], dB[t] = g[t]*X[t], dX[t] = g[t]*B[t],
+ * dh0 = A[0]*g[0]. Empty cases: empty dA, dB, dX and state zeros for dh0. */
+BK_API BK_NODISCARD bk_status bk_scan_diag_var_backward(bk_context *ctx, const bk_buffer *A,
+                                                        const bk_buffer *B, const bk_buffer *X,
+                                                        const bk_buffer *h0,
+                                                        const bk_buffer *out,
+                                                        const bk_buffer *dy, int64_t seq_len,
+                                                        int64_t state, bk_buffer **dA,
+                                                        bk_buffer **dB, bk_buffer **dX,
+                                                        bk_buffer **dh0);
+
+/* ------------------------------------------------------------------------ */
+/* 3.11 Gather and scatter-add of rows (host indices)                        */
+/* ------------------------------------------------------------------------ */
+
+/* (k, cols): out[r,:] = mat[indices[r],:] when indices[r] < rows, else an
+ * exact +0 row. indices may be NULL only when k == 0. An index above
+ * UINT32_MAX is BK_ERR_INVALID_ARGUMENT. The host array may be reused as
+ * soon as the call returns. */
+BK_API BK_NODISCARD bk_status bk_rows_gather(bk_context *ctx, const bk_buffer *mat, int64_t rows,
+                                             int64_t cols, const uint64_t *indices, int64_t k,
+                                             bk_buffer **out);
+
+/* out = mat plus, for each r with indices[r] < rows, values[r,:] added into
+ * row indices[r]; out-of-range indices are ignored; repeated indices fold in
+ * increasing r onto the base row: ((mat[i] + v_first) + v_second) + ...
+ * values is (k, cols). Deterministic (no atomics). */
+BK_API BK_NODISCARD bk_status bk_rows_scatter_add(bk_context *ctx, const bk_buffer *mat,
+                                                  const bk_buffer *values, int64_t rows,
+                                                  int64_t cols, const uint64_t *indices,
+                                                  int64_t k, bk_buffer **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BUFKERN_H */

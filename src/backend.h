@@ -1,0 +1,237 @@
+/*
+ * backend.h — the interface every backend fills: one table of function
+ * pointers. The front door (src/ops) validates every argument, resolves the
+ * context, allocates the outputs through the table's memory members and
+ * calls the primitive member with raw pointers and canonical geometry.
+ *
+ * Rules for every primitive member:
+ *  - Pointers are device pointers of the backend (host pointers on the CPU).
+ *    Inputs are never written. Outputs are freshly allocated, uninitialized
+ *    and do not alias any input.
+ *  - The front door handles every empty case: a member is called only when
+ *    each of its outputs has at least one element, and it must write every
+ *    element of every output.
+ *  - Sizes are already validated and their products fit in int64_t and in
+ *    size_t bytes.
+ *  - The member may be asynchronous (queued on the context's stream) unless
+ *    its comment says it synchronizes.
+ *  - On failure the member records a message with bk__fail and returns its
+ *    status; the front door then frees the outputs.
+ */
+#ifndef BK_BACKEND_H
+#define BK_BACKEND_H
+
+#include "bufkern.h"
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Canonical convolution geometry (front door folds batch axes and pads the
+ * spatial rank with nothing: only the first `spatial_rank` entries of the
+ * arrays are meaningful). */
+typedef struct bk_conv_geom {
+  int spatial_rank;      /* 1..3 */
+  int64_t n;             /* folded batch */
+  int64_t c_in, c_out;   /* total channels */
+  int64_t groups;        /* c_in % groups == 0, c_out % groups == 0 */
+  int64_t in[3];         /* input spatial extents */
+  int64_t k[3];          /* kernel spatial extents */
+  int64_t out[3];        /* output spatial extents, each >= 1 */
+  int64_t stride[3], pad_before[3], pad_after[3], dilation[3];
+  int64_t in_volume, k_volume, out_volume; /* products of the extents above */
+} bk_conv_geom;
+
+/* Canonical broadcast geometry: output axes after the front door has
+ * dropped extent-1 axes and merged adjacent ones where possible.
+ * For output axis j, in_stride[j] is the input element stride it reads
+ * (0 for inserted or extent-1 input axes). rank may be 0 (a single element).
+ * in_length is the number of input elements. */
+typedef struct bk_bcast_geom {
+  int rank;
+  int64_t out_dims[BK_MAX_RANK];
+  int64_t in_stride[BK_MAX_RANK];
+  int64_t out_length;
+  int64_t in_length;
+} bk_bcast_geom;
+
+typedef struct bk_backend {
+  const char *name; /* "cpu" or "cuda" */
+
+  /* ---- context ---------------------------------------------------------- */
+  /* Creates the backend state of a context for device index `index`
+   * (ctx->impl). Returns BK_ERR_NO_DEVICE for an index with no device. */
+  bk_status (*context_init)(bk_context *ctx, int index);
+  /* Frees the backend state; called once, after the last reference. */
+  void (*context_fini)(bk_context *ctx);
+  /* Selects a caller's stream (NULL: the context's own). */
+  bk_status (*context_set_stream)(bk_context *ctx, void *stream);
+  /* Waits for all queued work. Synchronizes. */
+  bk_status (*context_synchronize)(bk_context *ctx);
+
+  /* ---- memory ----------------------------------------------------------- */
+  /* Allocates bytes > 0 of device memory. BK_ERR_OUT_OF_MEMORY on failure. */
+  bk_status (*mem_alloc)(bk_context *ctx, size_t bytes, void **ptr);
+  /* Frees memory from mem_alloc of the same context, after queued work. */
+  void (*mem_free)(bk_context *ctx, void *ptr);
+  /* dst (device) <- host src, bytes > 0. The host memory may be reused as
+   * soon as the call returns. */
+  bk_status (*mem_upload)(bk_context *ctx, void *dst, const void *src, size_t bytes);
+  /* host dst <- device src, bytes > 0. Synchronizes. */
+  bk_status (*mem_download)(bk_context *ctx, void *dst, const void *src, size_t bytes);
+  /* device dst <- device src (same device), bytes > 0. */
+  bk_status (*mem_copy)(bk_context *ctx, void *dst, const void *src, size_t bytes);
+  /* device dst <- zero bytes, bytes > 0. */
+  bk_status (*mem_zero)(bk_context *ctx, void *dst, size_t bytes);
+
+  /* ---- 3.1 softmax ------------------------------------------------------ */
+  /* x, y (outer, n, inner): softmax along the middle axis; n >= 1. */
+  bk_status (*softmax)(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
+                       int64_t n, int64_t inner);
+
+  /* ---- 3.2, 3.3 cross-entropies ------------------------------------------ */
+  /* logits, w (rows, cols), rows >= 1, cols >= 1; y one element. */
+  bk_status (*xent_weighted_mean)(bk_context *ctx, bk_dtype dt, const void *logits,
+                                  const void *w, void *y, int64_t rows, int64_t cols);
+  /* S, T (rows, cols), rows >= 1, cols >= 1; y one element (gradient 0) or
+   * (rows, cols) (gradient 1). */
+  bk_status (*xent_teacher)(bk_context *ctx, bk_dtype dt, const void *S, const void *T,
+                            void *y, int64_t rows, int64_t cols, int gradient);
+
+  /* ---- 3.4 convolution --------------------------------------------------- */
+  /* x (n, c_in, in...), w dense (c_out, c_in, k...), bias (c_out) or NULL,
+   * y (n, c_out, out...); every extent of g is >= 1. */
+  bk_status (*conv)(bk_context *ctx, bk_dtype dt, const void *x, const void *w,
+                    const void *bias, void *y, const bk_conv_geom *g);
+
+  /* ---- 3.5 rows ----------------------------------------------------------- */
+  /* x (rows, cols), rows >= 1, cols >= 1, y (rows). */
+  bk_status (*rows_sum)(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
+                        int64_t cols);
+  bk_status (*rows_max)(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
+                        int64_t cols);
+  /* x, y (rows, cols), rows >= 1, cols >= 1. */
+  bk_status (*rows_first_max_mask)(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                   int64_t rows, int64_t cols);
+  /* 0 < k < cols (the front door handles k == 0 and k >= cols). */
+  bk_status (*rows_topk_mask)(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                              int64_t rows, int64_t cols, int64_t k);
+  bk_status (*rows_masked_softmax)(bk_context *ctx, bk_dtype dt, const void *scores,
+                                   const void *mask, void *y, int64_t rows, int64_t cols);
+
+  /* ---- 3.6 broadcasts and layout ------------------------------------------ */
+  /* vec (rows), y (rows, cols). */
+  bk_status (*broadcast_col)(bk_context *ctx, bk_dtype dt, const void *vec, void *y,
+                             int64_t rows, int64_t cols);
+  /* x (g->in_length), y (g->out_length). */
+  bk_status (*broadcast_to)(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                            const bk_bcast_geom *g);
+  /* dout (g->out_length), din (g->in_length): din[i] = sum of dout over the
+   * output coordinates reading i, folded in row-major output order. */
+  bk_status (*broadcast_to_adjoint)(bk_context *ctx, bk_dtype dt, const void *dout, void *din,
+                                    const bk_bcast_geom *g);
+  /* x (outer, a, b, inner) -> y (outer, b, a, inner). */
+  bk_status (*swap_adjacent)(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                             int64_t outer, int64_t a, int64_t b, int64_t inner);
+  /* x (outer, n, inner) -> y (outer, inner), summed over n >= 1 in index order. */
+  bk_status (*sum_axis)(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
+                        int64_t n, int64_t inner);
+
+  /* ---- 3.7 layer norm ------------------------------------------------------ */
+  /* x, out, normalized (rows, cols); gamma, beta (cols); inv_std (rows). */
+  bk_status (*layernorm_forward)(bk_context *ctx, bk_dtype dt, const void *x,
+                                 const void *gamma, const void *beta, void *out,
+                                 void *normalized, void *inv_std, int64_t rows, int64_t cols,
+                                 double eps);
+  /* dout, normalized, dx (rows, cols); inv_std (rows); gamma, dgamma, dbeta
+   * (cols). rows >= 1. */
+  bk_status (*layernorm_backward)(bk_context *ctx, bk_dtype dt, const void *dout,
+                                  const void *normalized, const void *inv_std,
+                                  const void *gamma, void *dx, void *dgamma, void *dbeta,
+                                  int64_t rows, int64_t cols);
+
+  /* ---- 3.8 matrix products -------------------------------------------------- */
+  /* C (batch, m, p) = op(A) op(B); all of batch, m, n, p >= 1. */
+  bk_status (*bmm)(bk_context *ctx, bk_dtype dt, const void *A, const void *B, void *C,
+                   int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a, int trans_b);
+  /* C = scale * op(A) op(B) with the range-loss flag; all sizes >= 1.
+   * Synchronizes to read the flag. */
+  bk_status (*bmm_scaled)(bk_context *ctx, bk_dtype dt, const void *A, const void *B, void *C,
+                          int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a,
+                          int trans_b, double scale, int *range_loss);
+
+  /* ---- 3.9 FFT ------------------------------------------------------------- */
+  /* x (batch, n) -> y (batch, n/2+1, 2); batch, n >= 1. */
+  bk_status (*rfft)(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t batch,
+                    int64_t n);
+  /* spec (batch, n/2+1, 2) -> y (batch, n); normalize 1 applies 1/n. */
+  bk_status (*irfft)(bk_context *ctx, bk_dtype dt, const void *spec, void *y, int64_t batch,
+                     int64_t n, int normalize);
+
+  /* ---- 3.10 scans ------------------------------------------------------------ */
+  /* var 0: A, B (state); var 1: A, B (seq_len, state). X, y (seq_len, state),
+   * h0 (state). seq_len, state >= 1. */
+  bk_status (*scan_diag)(bk_context *ctx, bk_dtype dt, const void *A, const void *B,
+                         const void *X, const void *h0, void *y, int64_t seq_len,
+                         int64_t state, int var);
+  /* Gradients; dA, dB shaped like A, B; dX (seq_len, state); dh0 (state). */
+  bk_status (*scan_diag_backward)(bk_context *ctx, bk_dtype dt, const void *A, const void *B,
+                                  const void *X, const void *h0, const void *out,
+                                  const void *dy, void *dA, void *dB, void *dX, void *dh0,
+                                  int64_t seq_len, int64_t state, int var);
+
+  /* ---- 3.11 gather / scatter ---------------------------------------------------- */
+  /* mat (rows, cols), y (k, cols); idx: k host indices, each <= UINT32_MAX
+   * (>= rows selects a zero row). rows may be 0. k, cols >= 1. */
+  bk_status (*rows_gather)(bk_context *ctx, bk_dtype dt, const void *mat, void *y,
+                           int64_t rows, int64_t cols, const uint64_t *idx, int64_t k);
+  /* mat, y (rows, cols), values (k, cols); rows, cols >= 1; k >= 0. */
+  bk_status (*rows_scatter_add)(bk_context *ctx, bk_dtype dt, const void *mat,
+                                const void *values, void *y, int64_t rows, int64_t cols,
+                                const uint64_t *idx, int64_t k);
+} bk_backend;
+
+/* The backend tables. bk__cuda_backend is NULL-valued (absent) in a build
+ * without CUDA: use bk__backend_for(). */
+extern const bk_backend bk__cpu_backend;
+#ifdef BK_HAVE_CUDA
+extern const bk_backend bk__cuda_backend;
+/* Number of visible CUDA devices (0 when the driver reports none). */
+int bk__cuda_device_count(void);
+/* Name, total memory in bytes and compute capability of a device, for
+ * `bufkern info`. Returns BK_ERR_NO_DEVICE for a bad index. */
+bk_status bk__cuda_device_info(int index, char *name, size_t name_cap, size_t *total_bytes,
+                               int *cc_major, int *cc_minor);
+#endif
+
+/* The table for a device kind, or NULL when this build has none. */
+const bk_backend *bk__backend_for(bk_device_kind kind);
+
+/* ---- services the core offers backends ----------------------------------- */
+
+/* Records "fn: message" as the thread's last error and returns status. */
+bk_status bk__fail(bk_status status, const char *fn, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* The backend state of a context (set by context_init). */
+void *bk__ctx_impl(const bk_context *ctx);
+void bk__ctx_set_impl(bk_context *ctx, void *impl);
+/* True when the allocation-failure hook says this allocation must fail;
+ * every backend allocation (host scratch and device memory) asks it first. */
+bool bk__inject_should_fail(void);
+/* Host allocation through the injection hook. */
+void *bk__host_malloc(size_t bytes);
+void *bk__host_calloc(size_t n, size_t size);
+void bk__host_free(void *p);
+/* Element size of a supported dtype (4 or 8). */
+size_t bk__dtype_size(bk_dtype dt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BK_BACKEND_H */
