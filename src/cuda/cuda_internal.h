@@ -1,0 +1,170 @@
+/*
+ * cuda_internal.h — what the CUDA backend's family files share: the context
+ * state, error mapping, stream-ordered scratch memory, host-index uploads,
+ * library handles and the functions the backend table points to.
+ */
+#ifndef BK_CUDA_INTERNAL_H
+#define BK_CUDA_INTERNAL_H
+
+#include "../backend.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* Slots for per-context caches owned by one family (plans, descriptors). */
+enum bk_cuda_cache_slot {
+  BK_CUDA_CACHE_FFT = 0,
+  BK_CUDA_CACHE_CONV = 1,
+  BK_CUDA_CACHE_BMM = 2,
+  BK_CUDA_CACHE_SLOTS = 8
+};
+
+typedef struct bk_cuda_ctx {
+  int device;
+  int sm_count;
+  size_t l2_bytes;
+  cudaStream_t own_stream;  /* created non-blocking with the context */
+  cudaStream_t stream;      /* the stream work is queued on (own or caller's) */
+  void *cublas;             /* cublasHandle_t, created on first use */
+  void *cudnn;              /* cudnnHandle_t, created on first use */
+  void *cache[BK_CUDA_CACHE_SLOTS];
+  void (*cache_free[BK_CUDA_CACHE_SLOTS])(void *);
+  /* Pinned host staging for index uploads, reused once the previous copy
+   * out of it has completed (pinned_done). */
+  void *pinned;
+  size_t pinned_cap;
+  cudaEvent_t pinned_done;
+  int pinned_pending;
+  /* A small device word for flags read back by the host (bmm_scaled). */
+  int *flag;
+} bk_cuda_ctx;
+
+/* The CUDA state of a context. */
+static inline bk_cuda_ctx *bk_cu(bk_context *ctx) { return (bk_cuda_ctx *)bk__ctx_impl(ctx); }
+static inline cudaStream_t bk_stream(bk_context *ctx) { return bk_cu(ctx)->stream; }
+
+/* Maps a CUDA error to a status with a message naming fn and what failed
+ * (cudaErrorMemoryAllocation -> BK_ERR_OUT_OF_MEMORY, else BK_ERR_DEVICE) and
+ * clears the sticky last error where CUDA allows. cudaSuccess gives BK_OK. */
+bk_status bk__cuda_status(cudaError_t err, const char *fn, const char *what);
+
+/* Checks the launch just queued (cudaGetLastError). */
+bk_status bk__cuda_launched(const char *fn, const char *kernel);
+
+/* Stream-ordered scratch: device memory valid for work queued on the
+ * context's stream until bk__cuda_scratch_free (also stream-ordered). Goes
+ * through the allocation-failure hook. bytes > 0. */
+bk_status bk__cuda_scratch(bk_context *ctx, size_t bytes, void **ptr);
+void bk__cuda_scratch_free(bk_context *ctx, void *ptr);
+
+/* Uploads k host indices (already validated, each <= UINT32_MAX) as uint32
+ * into fresh scratch memory (*dev, freed with bk__cuda_scratch_free). The
+ * host array may be reused when this returns: the indices are first
+ * converted into pinned staging. k > 0. */
+bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t k,
+                                  uint32_t **dev);
+
+/* Uploads `bytes` of arbitrary host data (a small table built on the host,
+ * e.g. a scatter schedule) into fresh scratch memory through the pinned
+ * staging; same lifetime rules as bk__cuda_upload_indices. */
+bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *host, size_t bytes, void **dev);
+
+/* Library handles bound to the context's current stream, created on first
+ * use. The out-parameter is a cublasHandle_t / cudnnHandle_t. */
+bk_status bk__cuda_cublas(bk_context *ctx, void **handle);
+bk_status bk__cuda_cudnn(bk_context *ctx, void **handle);
+
+/* Blocks per grid for a grid-stride kernel of `threads` threads a block over
+ * `work` items: enough to fill the device, no more than the work needs. */
+static inline unsigned bk_cuda_blocks(bk_context *ctx, int64_t work, int threads) {
+  int64_t want = (work + threads - 1) / threads;
+  int64_t cap = (int64_t)bk_cu(ctx)->sm_count * 32;
+  if (want > cap) want = cap;
+  return (unsigned)(want < 1 ? 1 : want);
+}
+
+#define BK_CUDA_TRY(expr, fn, what)                      \
+  do {                                                   \
+    bk_status bk_try_st_ = bk__cuda_status((expr), fn, what); \
+    if (bk_try_st_ != BK_OK) return bk_try_st_;          \
+  } while (0)
+
+/* ---- families (one file each under src/cuda) -------------------------------- */
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* softmax.cu */
+bk_status bk__cuda_softmax(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
+                           int64_t n, int64_t inner);
+/* xent.cu */
+bk_status bk__cuda_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits,
+                                      const void *w, void *y, int64_t rows, int64_t cols);
+bk_status bk__cuda_xent_teacher(bk_context *ctx, bk_dtype dt, const void *S, const void *T,
+                                void *y, int64_t rows, int64_t cols, int gradient);
+/* conv.cu */
+bk_status bk__cuda_conv(bk_context *ctx, bk_dtype dt, const void *x, const void *w,
+                        const void *bias, void *y, const bk_conv_geom *g);
+/* rows.cu */
+bk_status bk__cuda_rows_sum(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
+                            int64_t cols);
+bk_status bk__cuda_rows_max(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
+                            int64_t cols);
+bk_status bk__cuda_rows_first_max_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                       int64_t rows, int64_t cols);
+bk_status bk__cuda_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                  int64_t rows, int64_t cols, int64_t k);
+bk_status bk__cuda_rows_masked_softmax(bk_context *ctx, bk_dtype dt, const void *scores,
+                                       const void *mask, void *y, int64_t rows, int64_t cols);
+/* layout.cu */
+bk_status bk__cuda_broadcast_col(bk_context *ctx, bk_dtype dt, const void *vec, void *y,
+                                 int64_t rows, int64_t cols);
+bk_status bk__cuda_broadcast_to(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                const bk_bcast_geom *g);
+bk_status bk__cuda_broadcast_to_adjoint(bk_context *ctx, bk_dtype dt, const void *dout,
+                                        void *din, const bk_bcast_geom *g);
+bk_status bk__cuda_swap_adjacent(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                 int64_t outer, int64_t a, int64_t b, int64_t inner);
+bk_status bk__cuda_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
+                            int64_t n, int64_t inner);
+/* layernorm.cu */
+bk_status bk__cuda_layernorm_forward(bk_context *ctx, bk_dtype dt, const void *x,
+                                     const void *gamma, const void *beta, void *out,
+                                     void *normalized, void *inv_std, int64_t rows, int64_t cols,
+                                     double eps);
+bk_status bk__cuda_layernorm_backward(bk_context *ctx, bk_dtype dt, const void *dout,
+                                      const void *normalized, const void *inv_std,
+                                      const void *gamma, void *dx, void *dgamma, void *dbeta,
+                                      int64_t rows, int64_t cols);
+/* bmm.cu */
+bk_status bk__cuda_bmm(bk_context *ctx, bk_dtype dt, const void *A, const void *B, void *C,
+                       int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a, int trans_b);
+bk_status bk__cuda_bmm_scaled(bk_context *ctx, bk_dtype dt, const void *A, const void *B,
+                              void *C, int64_t batch, int64_t m, int64_t n, int64_t p,
+                              int trans_a, int trans_b, double scale, int *range_loss);
+/* fft.cu */
+bk_status bk__cuda_rfft(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t batch,
+                        int64_t n);
+bk_status bk__cuda_irfft(bk_context *ctx, bk_dtype dt, const void *spec, void *y, int64_t batch,
+                         int64_t n, int normalize);
+/* scan.cu */
+bk_status bk__cuda_scan_diag(bk_context *ctx, bk_dtype dt, const void *A, const void *B,
+                             const void *X, const void *h0, void *y, int64_t seq_len,
+                             int64_t state, int var);
+bk_status bk__cuda_scan_diag_backward(bk_context *ctx, bk_dtype dt, const void *A,
+                                      const void *B, const void *X, const void *h0,
+                                      const void *out, const void *dy, void *dA, void *dB,
+                                      void *dX, void *dh0, int64_t seq_len, int64_t state,
+                                      int var);
+/* gather.cu */
+bk_status bk__cuda_rows_gather(bk_context *ctx, bk_dtype dt, const void *mat, void *y,
+                               int64_t rows, int64_t cols, const uint64_t *idx, int64_t k);
+bk_status bk__cuda_rows_scatter_add(bk_context *ctx, bk_dtype dt, const void *mat,
+                                    const void *values, void *y, int64_t rows, int64_t cols,
+                                    const uint64_t *idx, int64_t k);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BK_CUDA_INTERNAL_H */
