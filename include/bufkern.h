@@ -238,6 +238,43 @@ BK_API bk_device bk_buffer_device(const bk_buffer *buf);
 BK_API void *bk_buffer_data(const bk_buffer *buf);
 
 /* ------------------------------------------------------------------------ */
+/* DLPack interchange                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* DLPack's managed tensor (dlpack.h, DLPack 0.6 and later); declared here
+ * so that this header does not require dlpack.h. */
+struct DLManagedTensor;
+
+/*
+ * Wraps a DLPack tensor as a buffer without copying. On success the buffer
+ * owns `tensor`: its deleter runs exactly once, when the last reference to
+ * the buffer is released (for a tensor with zero elements, at once). On
+ * failure ownership stays with the caller and the deleter is not called.
+ * Accepted: dtype float32 or float64 with one lane, device kDLCPU or kDLCUDA,
+ * a compact row-major layout (strides NULL, or equal to the row-major
+ * strides wherever the extent is above 1); the buffer's length is the product
+ * of the shape and its data starts at data + byte_offset. The library never
+ * writes into an imported tensor. ctx may be NULL; when given, the tensor must
+ * be on ctx's device. Returns BK_ERR_NULL, BK_ERR_DTYPE (other dtypes),
+ * BK_ERR_UNSUPPORTED (other devices, or a CUDA tensor in a build without CUDA),
+ * BK_ERR_INVALID_ARGUMENT (strided layout, negative extent, ndim above
+ * BK_MAX_RANK, element count overflow), BK_ERR_DEVICE_MISMATCH,
+ * BK_ERR_OUT_OF_MEMORY.
+ */
+BK_API BK_NODISCARD bk_status bk_buffer_from_dlpack(bk_context *ctx, struct DLManagedTensor *tensor,
+                                                    bk_buffer **out);
+
+/*
+ * Exports a buffer as a 1-D DLPack tensor (shape {length}, strides NULL)
+ * sharing its memory. The tensor holds a reference to the buffer; its
+ * deleter (to be called once by the consumer) drops that reference. The
+ * consumer must not write into the memory: buffers are immutable. Returns
+ * BK_ERR_NULL, BK_ERR_OUT_OF_MEMORY.
+ */
+BK_API BK_NODISCARD bk_status bk_buffer_to_dlpack(const bk_buffer *buf,
+                                                  struct DLManagedTensor **out);
+
+/* ------------------------------------------------------------------------ */
 /* 3.1 Softmax                                                               */
 /* ------------------------------------------------------------------------ */
 

@@ -7,26 +7,33 @@
 #include <inttypes.h>
 #include <string.h>
 
-extern atomic_llong bk__live_buffer_count;
-
 /* ---- construction and release ---------------------------------------------- */
 
-bk_status bk__buffer_wrap(bk_context *ctx, bk_dtype dtype, int64_t length, void *data,
-                          bk_buffer **out) {
+bk_status bk__buffer_foreign(bk_dtype dtype, int64_t length, bk_device device, void *data,
+                             void (*release_fn)(void *), void *release_arg, bk_buffer **out) {
   bk_buffer *b = bk__host_calloc(1, sizeof *b);
-  if (!b) {
-    if (data) ctx->backend->mem_free(ctx, data);
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bufkern", "cannot allocate a buffer handle");
-  }
+  if (!b) return bk__fail(BK_ERR_OUT_OF_MEMORY, "bufkern", "cannot allocate a buffer handle");
   atomic_init(&b->refs, 1);
   b->dtype = dtype;
   b->length = length;
-  b->device = ctx->device;
+  b->device = device;
   b->data = data;
-  b->owner = ctx;
-  bk__context_retain(ctx);
+  b->foreign_free = release_fn;
+  b->foreign_arg = release_arg;
   atomic_fetch_add(&bk__live_buffer_count, 1);
   *out = b;
+  return BK_OK;
+}
+
+bk_status bk__buffer_wrap(bk_context *ctx, bk_dtype dtype, int64_t length, void *data,
+                          bk_buffer **out) {
+  bk_status st = bk__buffer_foreign(dtype, length, ctx->device, data, NULL, NULL, out);
+  if (st != BK_OK) {
+    if (data) ctx->backend->mem_free(ctx, data);
+    return st;
+  }
+  (*out)->owner = ctx;
+  bk__context_retain(ctx);
   return BK_OK;
 }
 

@@ -8,7 +8,7 @@
 
 static atomic_llong bk_inject_fail_at; /* 0: disarmed */
 static atomic_llong bk_inject_attempts;
-atomic_llong bk__live_buffer_count;
+atomic_llong bk__live_buffer_count = 0;
 
 void bk__inject_arm(int64_t fail_at) {
   atomic_store(&bk_inject_attempts, 0);

@@ -113,6 +113,14 @@ bk_status bk__new_zeros(bk_call *c, int64_t length, bk_buffer **out);
 bk_status bk__buffer_wrap(bk_context *ctx, bk_dtype dtype, int64_t length, void *data,
                           bk_buffer **out);
 
+/* A buffer over memory owned by someone else: release_fn(release_arg) runs
+ * once, with the last reference. data may be NULL only when length is 0. */
+bk_status bk__buffer_foreign(bk_dtype dtype, int64_t length, bk_device device, void *data,
+                             void (*release_fn)(void *), void *release_arg, bk_buffer **out);
+
+/* Buffers alive in the process (the reliability tests read it). */
+extern atomic_llong bk__live_buffer_count;
+
 /* Releases *p (if any) and sets it to NULL; for the failure paths of
  * multi-output primitives. */
 void bk__drop(bk_buffer **p);

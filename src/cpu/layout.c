@@ -1,18 +1,244 @@
-/* PENDING: replaced by the family implementation. */
+/*
+ * layout.c — CPU broadcasts and layout changes: broadcast_col, broadcast_to
+ * and its sum-adjoint, swap_adjacent and sum_axis.
+ *
+ * The pure copies move elements as 32- or 64-bit words, so every bit
+ * (NaN payloads and the sign of zero included) arrives unchanged. The sums
+ * accumulate in double for both dtypes and round once on the store; each
+ * fold starts from -0.0, the additive identity of IEEE arithmetic
+ * (-0 + v == v for every v), so a fold equals ((v0 + v1) + v2) + ... with the
+ * first term taken as is. Parallel loops split only the outputs, never one
+ * fold, so the results do not depend on the thread count.
+ */
 #include "cpu.h"
 
-bk_status bk__cpu_broadcast_col(bk_context *ctx, bk_dtype dt, const void *vec, void *y,                                 int64_t rows, int64_t cols) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cpu_broadcast_col", "not yet implemented");
+#include <inttypes.h>
+#include <string.h>
+
+/* Word-wise element access for the copies: dtype size 4 or 8. */
+#define BK_LAYOUT_COPY(es, dst, di, src, si)                                   \
+  do {                                                                         \
+    if ((es) == 4)                                                             \
+      ((uint32_t *)(dst))[di] = ((const uint32_t *)(src))[si];                 \
+    else                                                                       \
+      ((uint64_t *)(dst))[di] = ((const uint64_t *)(src))[si];                 \
+  } while (0)
+
+/* Output elements per parallel work item of the copy loops. */
+#define BK_LAYOUT_CHUNK 16384
+
+/* ---- broadcast_col ---------------------------------------------------------- */
+
+bk_status bk__cpu_broadcast_col(bk_context *ctx, bk_dtype dt, const void *vec, void *y,
+                                int64_t rows, int64_t cols) {
+  (void)ctx;
+  size_t es = bk__dtype_size(dt);
+  /* vec (rows), y (rows, cols). */
+#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
+  for (int64_t i = 0; i < rows; i++) {
+    if (es == 4) {
+      uint32_t v = ((const uint32_t *)vec)[i], *row = (uint32_t *)y + i * cols;
+      for (int64_t j = 0; j < cols; j++) row[j] = v;
+    } else {
+      uint64_t v = ((const uint64_t *)vec)[i], *row = (uint64_t *)y + i * cols;
+      for (int64_t j = 0; j < cols; j++) row[j] = v;
+    }
+  }
+  return BK_OK;
 }
-bk_status bk__cpu_broadcast_to(bk_context *ctx, bk_dtype dt, const void *x, void *y,                                const bk_bcast_geom *g) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cpu_broadcast_to", "not yet implemented");
+
+/* ---- broadcast_to ------------------------------------------------------------- */
+
+/*
+ * Writes output elements [begin, end) of a broadcast: decomposes begin into
+ * output coordinates once, then walks an odometer, copying one run along the
+ * last axis at a time.
+ */
+static void bcast_range(size_t es, const void *x, void *y, const bk_bcast_geom *g, int64_t begin,
+                        int64_t end) {
+  const int r = g->rank;
+  const int64_t *D = g->out_dims, *S = g->in_stride;
+  int64_t c[BK_MAX_RANK];
+  int64_t rem = begin, off = 0;
+  for (int j = r - 1; j >= 0; j--) {
+    c[j] = rem % D[j];
+    rem /= D[j];
+    off += c[j] * S[j];
+  }
+  const int64_t dl = D[r - 1], sl = S[r - 1];
+  int64_t o = begin;
+  while (o < end) {
+    int64_t n = dl - c[r - 1];
+    if (n > end - o) n = end - o;
+    for (int64_t t = 0; t < n; t++) BK_LAYOUT_COPY(es, y, o + t, x, off + t * sl);
+    o += n;
+    off += n * sl;
+    c[r - 1] += n;
+    if (c[r - 1] < dl) break; /* only the last run of a range can stop early */
+    off -= dl * sl;
+    c[r - 1] = 0;
+    for (int j = r - 2; j >= 0; j--) {
+      off += S[j];
+      if (++c[j] < D[j]) break;
+      off -= D[j] * S[j];
+      c[j] = 0;
+    }
+  }
 }
-bk_status bk__cpu_broadcast_to_adjoint(bk_context *ctx, bk_dtype dt, const void *dout,                                        void *din, const bk_bcast_geom *g) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cpu_broadcast_to_adjoint", "not yet implemented");
+
+bk_status bk__cpu_broadcast_to(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                               const bk_bcast_geom *g) {
+  (void)ctx;
+  size_t es = bk__dtype_size(dt);
+  if (g->rank == 0) {
+    BK_LAYOUT_COPY(es, y, 0, x, 0);
+    return BK_OK;
+  }
+  const int64_t total = g->out_length;
+  const int64_t chunks = (total + BK_LAYOUT_CHUNK - 1) / BK_LAYOUT_CHUNK;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (int64_t ch = 0; ch < chunks; ch++) {
+    int64_t begin = ch * BK_LAYOUT_CHUNK;
+    int64_t end = total - begin < BK_LAYOUT_CHUNK ? total : begin + BK_LAYOUT_CHUNK;
+    bcast_range(es, x, y, g, begin, end);
+  }
+  return BK_OK;
 }
-bk_status bk__cpu_swap_adjacent(bk_context *ctx, bk_dtype dt, const void *x, void *y,                                 int64_t outer, int64_t a, int64_t b, int64_t inner) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cpu_swap_adjacent", "not yet implemented");
+
+/* ---- broadcast_to_adjoint -------------------------------------------------------- */
+
+/*
+ * Adds into acc (one double per input element) every output element whose
+ * coordinate on axis p lies in [lo, hi), visiting them in row-major output
+ * order. Output elements with different coordinates on an axis of nonzero
+ * stride read different input elements, so blocks of axis p (such an axis)
+ * touch disjoint parts of acc and can run in parallel, while each input
+ * element still receives its terms in row-major order of the whole output.
+ */
+static void adjoint_block(bk_dtype dt, const void *dout, double *acc, const bk_bcast_geom *g,
+                          int p, int64_t lo, int64_t hi) {
+  const int r = g->rank;
+  const int64_t *D = g->out_dims, *S = g->in_stride;
+  int64_t first[BK_MAX_RANK], last[BK_MAX_RANK], ostride[BK_MAX_RANK], c[BK_MAX_RANK];
+  int64_t o = 0, off = 0, s = 1;
+  for (int j = r - 1; j >= 0; j--) {
+    ostride[j] = s;
+    s *= D[j];
+    first[j] = j == p ? lo : 0;
+    last[j] = j == p ? hi : D[j];
+    c[j] = first[j];
+    o += c[j] * ostride[j];
+    off += c[j] * S[j];
+  }
+  const int64_t n = last[r - 1] - first[r - 1], sl = S[r - 1];
+  for (;;) {
+    for (int64_t t = 0; t < n; t++) acc[off + t * sl] += bk_ld(dt, dout, o + t);
+    int j = r - 2;
+    for (; j >= 0; j--) {
+      o += ostride[j];
+      off += S[j];
+      if (++c[j] < last[j]) break;
+      o -= (last[j] - first[j]) * ostride[j];
+      off -= (last[j] - first[j]) * S[j];
+      c[j] = first[j];
+    }
+    if (j < 0) break;
+  }
 }
-bk_status bk__cpu_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,                            int64_t n, int64_t inner) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cpu_sum_axis", "not yet implemented");
+
+/* Upper bound on the parallel blocks of one adjoint. */
+#define BK_ADJOINT_MAX_BLOCKS 1024
+
+bk_status bk__cpu_broadcast_to_adjoint(bk_context *ctx, bk_dtype dt, const void *dout,
+                                       void *din, const bk_bcast_geom *g) {
+  (void)ctx;
+  const int64_t in_len = g->in_length, out_len = g->out_length;
+  /* The axis that splits the work: the outermost one with a nonzero stride. */
+  int p = -1;
+  for (int j = 0; j < g->rank && p < 0; j++)
+    if (g->in_stride[j] != 0) p = j;
+  if (p < 0) {
+    /* One input element reads everything: a single fold, in order. */
+    double s = -0.0;
+    for (int64_t o = 0; o < out_len; o++) s += bk_ld(dt, dout, o);
+    bk_st(dt, din, 0, s);
+    return BK_OK;
+  }
+  /* float64 results accumulate in place; float32 ones in a double scratch
+   * array, rounded once at the end. */
+  double *acc = dt == BK_F64 ? (double *)din : bk__host_malloc((size_t)in_len * sizeof(double));
+  if (!acc)
+    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_broadcast_to_adjoint",
+                    "cannot allocate %" PRId64 " doubles of host scratch", in_len);
+#pragma omp parallel for schedule(static) if (in_len >= BK_CPU_PARALLEL_MIN)
+  for (int64_t i = 0; i < in_len; i++) acc[i] = -0.0;
+  /* Blocks of axis p: enough to share the work, few enough that the block
+   * bounds below stay far from overflow. */
+  const int64_t dp = g->out_dims[p];
+  int64_t blocks = out_len / BK_CPU_PARALLEL_MIN;
+  if (blocks > BK_ADJOINT_MAX_BLOCKS) blocks = BK_ADJOINT_MAX_BLOCKS;
+  if (blocks > dp) blocks = dp;
+  if (blocks < 1) blocks = 1;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t b = 0; b < blocks; b++)
+    adjoint_block(dt, dout, acc, g, p, dp * b / blocks, dp * (b + 1) / blocks);
+  if (dt == BK_F32) {
+#pragma omp parallel for schedule(static) if (in_len >= BK_CPU_PARALLEL_MIN)
+    for (int64_t i = 0; i < in_len; i++) ((float *)din)[i] = (float)acc[i];
+    bk__host_free(acc);
+  }
+  return BK_OK;
+}
+
+/* ---- swap_adjacent ------------------------------------------------------------------ */
+
+bk_status bk__cpu_swap_adjacent(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                int64_t outer, int64_t a, int64_t b, int64_t inner) {
+  (void)ctx;
+  size_t es = bk__dtype_size(dt);
+  /* x (outer, a, b, inner) -> y (outer, b, a, inner): each work item writes
+   * one contiguous (a, inner) slab of y. */
+  const int64_t items = outer * b;
+#pragma omp parallel for schedule(static) if (outer * a * b * inner >= BK_CPU_PARALLEL_MIN)
+  for (int64_t it = 0; it < items; it++) {
+    int64_t o = it / b, j = it % b;
+    for (int64_t i = 0; i < a; i++) {
+      int64_t src = ((o * a + i) * b + j) * inner, dst = ((o * b + j) * a + i) * inner;
+      /* A plain transpose (inner == 1) copies single words; a library call
+       * per element would dominate. */
+      if (inner == 1)
+        BK_LAYOUT_COPY(es, y, dst, x, src);
+      else
+        memcpy((char *)y + (size_t)dst * es, (const char *)x + (size_t)src * es,
+               (size_t)inner * es);
+    }
+  }
+  return BK_OK;
+}
+
+/* ---- sum_axis ------------------------------------------------------------------------ */
+
+/* Inner positions summed together per work item: one stack block of
+ * accumulators, so the reads along each row of the inner axis stay
+ * contiguous while every position keeps its own fold over n. */
+#define BK_SUM_BLOCK 256
+
+bk_status bk__cpu_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
+                           int64_t n, int64_t inner) {
+  (void)ctx;
+  /* x (outer, n, inner) -> y (outer, inner). */
+  const int64_t nblk = (inner + BK_SUM_BLOCK - 1) / BK_SUM_BLOCK, items = outer * nblk;
+#pragma omp parallel for schedule(static) if (outer * n * inner >= BK_CPU_PARALLEL_MIN)
+  for (int64_t it = 0; it < items; it++) {
+    int64_t o = it / nblk, t0 = (it % nblk) * BK_SUM_BLOCK;
+    int64_t w = inner - t0 < BK_SUM_BLOCK ? inner - t0 : BK_SUM_BLOCK;
+    double acc[BK_SUM_BLOCK];
+    for (int64_t t = 0; t < w; t++) acc[t] = -0.0;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t base = (o * n + i) * inner + t0;
+      for (int64_t t = 0; t < w; t++) acc[t] += bk_ld(dt, x, base + t);
+    }
+    for (int64_t t = 0; t < w; t++) bk_st(dt, y, o * inner + t0 + t, acc[t]);
+  }
+  return BK_OK;
 }

@@ -1,7 +1,23 @@
 /*
- * rows.c — CPU row reductions and masks over (rows, cols) buffers.
+ * rows.c — CPU row reductions and masks over (rows, cols) buffers:
+ * sum, max, first-max mask, top-k mask and hard-masked softmax.
+ *
+ * Rows are independent, so each primitive runs its rows in parallel once the
+ * work is large enough; within a row everything is folded in index order in
+ * float64, so the results do not depend on the thread count.
  */
 #include "cpu.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ---- sum and max ------------------------------------------------------------ */
 
 bk_status bk__cpu_rows_sum(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
                            int64_t cols) {
@@ -11,6 +27,220 @@ bk_status bk__cpu_rows_sum(bk_context *ctx, bk_dtype dt, const void *x, void *y,
     double s = 0.0;
     for (int64_t j = 0; j < cols; j++) s += bk_ld(dt, x, r * cols + j);
     bk_st(dt, y, r, s);
+  }
+  return BK_OK;
+}
+
+/* NaN never compares greater, so it is skipped, and a row with no number in
+ * it keeps the starting -inf. */
+bk_status bk__cpu_rows_max(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
+                           int64_t cols) {
+  (void)ctx;
+#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < cols; j++) {
+      double v = bk_ld(dt, x, r * cols + j);
+      if (v > m) m = v;
+    }
+    bk_st(dt, y, r, m);
+  }
+  return BK_OK;
+}
+
+/* ---- first-max mask ------------------------------------------------------------ */
+
+/* The literal scan: start at index 0 and move only to an entry strictly
+ * greater than the current best. NaN is never strictly greater, and nothing
+ * is strictly greater than a NaN, so a NaN at index 0 stays selected and a
+ * NaN later in the row is never selected. */
+bk_status bk__cpu_rows_first_max_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                      int64_t rows, int64_t cols) {
+  (void)ctx;
+#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t base = r * cols, best = 0;
+    double bv = bk_ld(dt, x, base);
+    for (int64_t j = 1; j < cols; j++) {
+      double v = bk_ld(dt, x, base + j);
+      if (v > bv) {
+        bv = v;
+        best = j;
+      }
+    }
+    for (int64_t j = 0; j < cols; j++) bk_st(dt, y, base + j, j == best ? 1.0 : 0.0);
+  }
+  return BK_OK;
+}
+
+/* ---- top-k mask --------------------------------------------------------------------- */
+
+/*
+ * Entry i is kept iff fewer than k entries beat it, where j beats i when
+ * x_j > x_i, or when neither is greater and j < i.
+ *
+ * Short rows count beaters directly (the definition itself). Long rows use
+ * an equivalent O(cols log cols) form. Among the non-NaN entries, "beats" is
+ * the strict total order (value descending, index ascending), so the number
+ * of non-NaN entries beating i is i's position in that sorted order. A NaN
+ * is neither greater nor smaller than anything, so it ties with every entry
+ * and beats exactly the entries after it: a NaN at j adds one beater to every
+ * i > j, and a NaN at i is beaten by exactly the i entries before it. Hence
+ *   beaters(i) = pos(i) + nan_before(i)  for a number at i,
+ *   beaters(i) = i                       for a NaN at i.
+ */
+
+/* Rows up to this length use the direct count. */
+enum { TOPK_DIRECT_MAX = 64 };
+
+static void topk_row_direct(bk_dtype dt, const void *x, void *y, int64_t base, int64_t cols,
+                            int64_t k) {
+  for (int64_t i = 0; i < cols; i++) {
+    double xi = bk_ld(dt, x, base + i);
+    int64_t beaters = 0;
+    for (int64_t j = 0; j < cols && beaters < k; j++) {
+      double xj = bk_ld(dt, x, base + j);
+      if (xj > xi || (!(xi > xj) && j < i)) beaters++;
+    }
+    bk_st(dt, y, base + i, beaters < k ? 1.0 : 0.0);
+  }
+}
+
+/* One non-NaN entry of a row: its value, its index and the number of NaN
+ * entries before it. */
+typedef struct topk_entry {
+  double v;
+  int64_t i;
+  int64_t nan_before;
+} topk_entry;
+
+/* Stable sort by value descending (a[] in index order on entry, so equal
+ * values stay in index order). Insertion sort on short runs, then bottom-up
+ * merges between a[] and tmp[]; returns the array holding the result. */
+static topk_entry *topk_sort(topk_entry *a, topk_entry *tmp, int64_t n) {
+  enum { RUN = 16 };
+  for (int64_t lo = 0; lo < n; lo += RUN) {
+    int64_t hi = lo + RUN < n ? lo + RUN : n;
+    for (int64_t i = lo + 1; i < hi; i++) {
+      topk_entry e = a[i];
+      int64_t j = i;
+      for (; j > lo && a[j - 1].v < e.v; j--) a[j] = a[j - 1];
+      a[j] = e;
+    }
+  }
+  topk_entry *src = a, *dst = tmp;
+  for (int64_t width = RUN; width < n; width *= 2) {
+    for (int64_t lo = 0; lo < n; lo += 2 * width) {
+      int64_t mid = lo + width < n ? lo + width : n;
+      int64_t hi = lo + 2 * width < n ? lo + 2 * width : n;
+      int64_t p = lo, q = mid, o = lo;
+      /* Take from the right run only when strictly greater: ties keep the
+       * lower index first. */
+      while (p < mid && q < hi) dst[o++] = src[q].v > src[p].v ? src[q++] : src[p++];
+      while (p < mid) dst[o++] = src[p++];
+      while (q < hi) dst[o++] = src[q++];
+    }
+    topk_entry *t = src;
+    src = dst;
+    dst = t;
+  }
+  return src;
+}
+
+static void topk_row_sorted(bk_dtype dt, const void *x, void *y, int64_t base, int64_t cols,
+                            int64_t k, topk_entry *a, topk_entry *tmp) {
+  int64_t n = 0, nans = 0;
+  for (int64_t i = 0; i < cols; i++) {
+    double v = bk_ld(dt, x, base + i);
+    if (isnan(v)) {
+      bk_st(dt, y, base + i, i < k ? 1.0 : 0.0);
+      nans++;
+    } else {
+      a[n].v = v;
+      a[n].i = i;
+      a[n].nan_before = nans;
+      n++;
+    }
+  }
+  topk_entry *sorted = topk_sort(a, tmp, n);
+  for (int64_t pos = 0; pos < n; pos++)
+    bk_st(dt, y, base + sorted[pos].i, pos + sorted[pos].nan_before < k ? 1.0 : 0.0);
+}
+
+bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                 int64_t rows, int64_t cols, int64_t k) {
+  (void)ctx;
+  /* A row costs about cols^2 comparisons when counted directly and about
+   * cols*log2(cols) when sorted; 16 stands in for the logarithm. */
+  int64_t per_entry = cols <= TOPK_DIRECT_MAX ? cols : 16;
+  bool parallel = rows * cols >= BK_CPU_PARALLEL_MIN / per_entry;
+  if (cols <= TOPK_DIRECT_MAX) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t r = 0; r < rows; r++) topk_row_direct(dt, x, y, r * cols, cols, k);
+    return BK_OK;
+  }
+
+  /* Long rows: two scratch arrays of cols entries per thread. */
+  int threads = 1;
+#ifdef _OPENMP
+  if (parallel) threads = omp_get_max_threads();
+  if (threads > rows) threads = (int)rows;
+#endif
+  size_t per_thread = 2 * (size_t)cols;
+  if ((uint64_t)cols > SIZE_MAX / 2 / sizeof(topk_entry) / (size_t)threads)
+    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_rows_topk_mask",
+                    "host scratch for %d threads of %" PRId64 " entries overflows", threads, cols);
+  topk_entry *scratch = bk__host_malloc(per_thread * (size_t)threads * sizeof *scratch);
+  if (!scratch)
+    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_rows_topk_mask",
+                    "cannot allocate %zu bytes of host scratch",
+                    per_thread * (size_t)threads * sizeof *scratch);
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    int tid = 0;
+#ifdef _OPENMP
+    tid = omp_get_thread_num();
+#endif
+    topk_entry *a = scratch + (size_t)tid * per_thread;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) topk_row_sorted(dt, x, y, r * cols, cols, k, a, a + cols);
+  }
+  bk__host_free(scratch);
+  return BK_OK;
+}
+
+/* ---- hard-masked softmax ---------------------------------------------------------------- */
+
+/*
+ * Only allowed entries (mask != 0, NaN included) are ever read from scores,
+ * so a blocked score cannot influence anything, whatever its value. Over the
+ * allowed entries the IEEE behaviour of bk_softmax holds: a NaN or +inf among
+ * them, or only -inf, makes every allowed entry NaN. Blocked entries are
+ * written as +0 and a row with no allowed entry is all +0.
+ */
+bk_status bk__cpu_rows_masked_softmax(bk_context *ctx, bk_dtype dt, const void *scores,
+                                      const void *mask, void *y, int64_t rows, int64_t cols) {
+  (void)ctx;
+#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t base = r * cols;
+    double m = -INFINITY, s = 0.0;
+    bool any = false;
+    for (int64_t j = 0; j < cols; j++) {
+      if (bk_ld(dt, mask, base + j) == 0.0) continue;
+      double v = bk_ld(dt, scores, base + j);
+      any = true;
+      if (v > m) m = v;
+    }
+    if (any) {
+      for (int64_t j = 0; j < cols; j++)
+        if (bk_ld(dt, mask, base + j) != 0.0) s += exp(bk_ld(dt, scores, base + j) - m);
+    }
+    for (int64_t j = 0; j < cols; j++) {
+      double out = 0.0;
+      if (any && bk_ld(dt, mask, base + j) != 0.0) out = exp(bk_ld(dt, scores, base + j) - m) / s;
+      bk_st(dt, y, base + j, out);
+    }
   }
   return BK_OK;
 }
