@@ -4,6 +4,8 @@
  */
 #include "testlib.h"
 
+#include "core/internal.h"
+
 /* ---- bk_rows_sum ------------------------------------------------------------ */
 
 static void rows_sum_examples(void) {
@@ -80,10 +82,561 @@ static void rows_sum_errors(void) {
   bk_buffer_release(b);
 }
 
+/* ---- shared helpers ---------------------------------------------------------- */
+
+/* Row data with many ties and, when `specials` is set, NaN, +-inf and -0
+ * sprinkled in: the cases where the mask rules differ from "sort and take". */
+static void fill_tricky(double *v, int64_t n, int specials) {
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t u = tl_next() % 16;
+    if (specials && u == 0)
+      v[i] = NAN;
+    else if (specials && u == 1)
+      v[i] = INFINITY;
+    else if (specials && u == 2)
+      v[i] = -INFINITY;
+    else if (specials && u == 3)
+      v[i] = -0.0;
+    else
+      v[i] = (double)((int64_t)(tl_next() % 7) - 3);
+  }
+}
+
+/* The values a buffer actually holds, as double (what the kernel sees). */
+static double *held(const bk_buffer *b) { return tl_read(b); }
+
+/* Every allocation a call makes fails in turn: BK_ERR_OUT_OF_MEMORY, out
+ * NULL and no buffer left behind. `call` runs the primitive once. */
+typedef bk_status (*rows_call)(const bk_buffer *x, const bk_buffer *m, bk_buffer **out);
+static void alloc_failures(const char *name, rows_call call, const bk_buffer *x,
+                           const bk_buffer *m) {
+  int64_t live = bk__live_buffers();
+  for (int64_t at = 1; at < 20; at++) {
+    bk_buffer *y = (bk_buffer *)&y;
+    bk__inject_arm(at);
+    bk_status st = call(x, m, &y);
+    bk__inject_arm(0);
+    if (st == BK_OK) {
+      bk_buffer_release(y);
+      return;
+    }
+    TL_CHECK(st == BK_ERR_OUT_OF_MEMORY && y == NULL, "%s, allocation %" PRId64 ": status %d",
+             name, at, (int)st);
+    TL_CHECK(bk__live_buffers() == live, "%s, allocation %" PRId64 ": a buffer leaked", name, at);
+  }
+  TL_FAIL("%s never succeeded under allocation failures", name);
+}
+
+/* The usual rejections of a one-input (rows, cols) primitive. `call` takes
+ * (x, rows, cols, out). */
+typedef bk_status (*matrix_call)(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out);
+static void matrix_errors(matrix_call call) {
+  double x[6] = {0};
+  bk_buffer *b = tl_buf(BK_F32, x, 6), *y = (bk_buffer *)&y;
+  TL_REJECT(call(b, 2, 3, NULL), BK_ERR_NULL, "out");
+  TL_REJECT(call(NULL, 2, 3, &y), BK_ERR_NULL, "x");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  y = (bk_buffer *)&y;
+  TL_REJECT(call(b, -1, 3, &y), BK_ERR_INVALID_ARGUMENT, "rows = -1");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  TL_REJECT(call(b, 2, -3, &y), BK_ERR_INVALID_ARGUMENT, "cols = -3");
+  TL_REJECT(call(b, 2, 4, &y), BK_ERR_INVALID_ARGUMENT, "x has length 6, expected 8");
+  TL_REJECT(call(b, INT64_MAX, 3, &y), BK_ERR_INVALID_ARGUMENT, "overflow");
+  TL_REJECT(call(b, 0, 3, &y), BK_ERR_INVALID_ARGUMENT, "x has length 6, expected 0");
+  bk_buffer_release(b);
+}
+
+/* ---- bk_rows_max ------------------------------------------------------------------ */
+
+static void rows_max_examples(void) {
+  const double inf = INFINITY;
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    /* rows: plain | NaN skipped | all NaN | all -inf | +inf wins over NaN */
+    const double x[] = {1, 5, 3, NAN, 2, NAN, NAN, NAN, NAN, -inf, -inf, -inf, NAN, inf, 7};
+    bk_buffer *b = tl_buf(dt, x, 15), *y = NULL;
+    if (TL_OK(bk_rows_max(tl_ctx, b, 5, 3, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ((double[]){5, 2, -inf, -inf, inf}), 5);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+    bk_buffer *e = tl_buf(dt, NULL, 0);
+    if (TL_OK(bk_rows_max(tl_ctx, e, 3, 0, &y)) == BK_OK) TL_BUF_EXACT(y, ((double[]){0, 0, 0}), 3);
+    bk_buffer_release(y);
+    if (TL_OK(bk_rows_max(tl_ctx, e, 0, 4, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+    bk_buffer_release(y);
+    if (TL_OK(bk_rows_max(tl_ctx, e, 0, 0, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+    bk_buffer_release(y);
+    bk_buffer_release(e);
+  }
+}
+
+static void rows_max_random(void) {
+  static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {17, 1000}, {64, 33}, {2, 100000}};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)rows * sizeof *ref);
+      tl_seed(600 + s);
+      if (s % 2)
+        fill_tricky(x, n, 1);
+      else
+        tl_fill_randn(x, n);
+      bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
+      double *h = held(b);
+      for (int64_t r = 0; r < rows; r++) {
+        double m = -INFINITY;
+        for (int64_t j = 0; j < cols; j++)
+          if (h[r * cols + j] > m) m = h[r * cols + j];
+        ref[r] = m;
+      }
+      if (TL_OK(bk_rows_max(tl_ctx, b, rows, cols, &y)) == BK_OK) {
+        TL_BUF_EXACT(y, ref, rows);
+        if (TL_OK(bk_rows_max(tl_ctx, b, rows, cols, &y2)) == BK_OK)
+          TL_CHECK(tl_same_bits(y, y2), "rows_max is not deterministic");
+      }
+      TL_UNCHANGED(b, h, n);
+      bk_buffer_release(y);
+      bk_buffer_release(y2);
+      bk_buffer_release(b);
+      free(h);
+      free(x);
+      free(ref);
+    }
+  }
+}
+
+static bk_status call_rows_max(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out) {
+  return bk_rows_max(tl_ctx, x, rows, cols, out);
+}
+
+static void rows_max_errors(void) { matrix_errors(call_rows_max); }
+
+/* ---- bk_rows_first_max_mask ------------------------------------------------------------ */
+
+/* The scan rule on the host: start at 0, move only on strictly greater. */
+static void first_max_ref(const double *x, double *ref, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < cols; j++)
+      if (x[r * cols + j] > x[r * cols + best]) best = j;
+    for (int64_t j = 0; j < cols; j++) ref[r * cols + j] = j == best ? 1 : 0;
+  }
+}
+
+static void first_max_examples(void) {
+  const double inf = INFINITY;
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    const double x[] = {3, 1, 3, 2};
+    bk_buffer *b = tl_buf(dt, x, 4), *y = NULL;
+    if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, 1, 4, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ((double[]){1, 0, 0, 0}), 4);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+    /* rows: all -inf | NaN first stays | NaN later never wins | -inf then
+     * NaN then a number | -0 ties +0 | all NaN */
+    const double s[] = {-inf, -inf, -inf, NAN, 5, 7,   1, NAN, 2,
+                        -inf, NAN, 5,     -0.0, 0, 0,  NAN, NAN, NAN};
+    const double want[] = {1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0};
+    b = tl_buf(dt, s, 18);
+    if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, 6, 3, &y)) == BK_OK) TL_BUF_EXACT(y, want, 18);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+    bk_buffer *e = tl_buf(dt, NULL, 0);
+    if (TL_OK(bk_rows_first_max_mask(tl_ctx, e, 3, 0, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+    bk_buffer_release(y);
+    if (TL_OK(bk_rows_first_max_mask(tl_ctx, e, 0, 3, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+    bk_buffer_release(y);
+    bk_buffer_release(e);
+  }
+}
+
+static void first_max_random(void) {
+  static const int64_t shapes[][2] = {{1, 1}, {5, 9}, {40, 1000}, {300, 17}, {2, 70000}};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      for (int specials = 0; specials <= 1; specials++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+        tl_seed(700 + s);
+        fill_tricky(x, n, specials);
+        bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
+        double *h = held(b);
+        first_max_ref(h, ref, rows, cols);
+        if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y)) == BK_OK) {
+          TL_BUF_EXACT(y, ref, n);
+          if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y2)) == BK_OK)
+            TL_CHECK(tl_same_bits(y, y2), "first_max_mask is not deterministic");
+        }
+        TL_UNCHANGED(b, h, n);
+        bk_buffer_release(y);
+        bk_buffer_release(y2);
+        bk_buffer_release(b);
+        free(h);
+        free(x);
+        free(ref);
+      }
+    }
+  }
+}
+
+static bk_status call_first_max(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out) {
+  return bk_rows_first_max_mask(tl_ctx, x, rows, cols, out);
+}
+
+static void first_max_errors(void) { matrix_errors(call_first_max); }
+
+/* ---- bk_rows_topk_mask ------------------------------------------------------------------------ */
+
+/* The literal definition: beaters[i] = #{j : x_j > x_i, or neither is
+ * greater and j < i}. The mask for k is beaters < k. */
+static void topk_beaters(const double *x, int64_t *beaters, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    const double *xr = x + r * cols;
+    for (int64_t i = 0; i < cols; i++) {
+      int64_t c = 0;
+      for (int64_t j = 0; j < cols; j++)
+        if (xr[j] > xr[i] || (!(xr[i] > xr[j]) && j < i)) c++;
+      beaters[r * cols + i] = c;
+    }
+  }
+}
+
+static void topk_examples(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    const double x[] = {3, 1, 3, 2};
+    bk_buffer *b = tl_buf(dt, x, 4), *y = NULL;
+    static const struct {
+      int64_t k;
+      double want[4];
+    } cases[] = {{2, {1, 0, 1, 0}}, {3, {1, 0, 1, 1}}, {1, {1, 0, 0, 0}}, {0, {0, 0, 0, 0}},
+                 {4, {1, 1, 1, 1}}, {100, {1, 1, 1, 1}}, {INT64_MAX, {1, 1, 1, 1}}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      if (TL_OK(bk_rows_topk_mask(tl_ctx, b, 1, 4, cases[i].k, &y)) == BK_OK)
+        TL_BUF_EXACT(y, cases[i].want, 4);
+      bk_buffer_release(y);
+      y = NULL;
+    }
+    bk_buffer_release(b);
+    /* With NaN the literal definition may keep more than k, or fewer: for
+     * k = 1, 2 beats 1, NaN ties 1 from behind it and NaN beats 2 from
+     * before it, so every entry has a beater. */
+    const double xn[] = {1, NAN, 2};
+    b = tl_buf(dt, xn, 3);
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, b, 1, 3, 2, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ((double[]){1, 1, 1}), 3);
+    bk_buffer_release(y);
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, b, 1, 3, 1, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ((double[]){0, 0, 0}), 3);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+    /* -0 and +0 tie (by position); +-inf order normally. */
+    const double z[] = {0, -0.0, -INFINITY, INFINITY};
+    b = tl_buf(dt, z, 4);
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, b, 1, 4, 2, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ((double[]){1, 0, 0, 1}), 4);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+    bk_buffer *e = tl_buf(dt, NULL, 0);
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, e, 3, 0, 1, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+    bk_buffer_release(y);
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, e, 0, 3, 0, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+    bk_buffer_release(y);
+    bk_buffer_release(e);
+  }
+}
+
+static void topk_random(void) {
+  static const int64_t shapes[][2] = {{20, 1},  {20, 2},  {20, 5},   {20, 64},
+                                      {20, 65}, {20, 100}, {5, 1000}, {3, 4096}};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      for (int kind = 0; kind < 3; kind++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+        int64_t *beaters = tl_xmalloc((size_t)n * sizeof *beaters);
+        tl_seed(800 + 3 * s + (uint64_t)kind);
+        if (kind == 0)
+          tl_fill_randn(x, n);
+        else
+          fill_tricky(x, n, kind == 2);
+        bk_buffer *b = tl_buf(dt, x, n);
+        double *h = held(b);
+        topk_beaters(h, beaters, rows, cols);
+        const int64_t ks[] = {1, cols / 3, cols / 2, cols - 1, cols};
+        for (int ki = 0; ki < 5; ki++) {
+          int64_t k = ks[ki];
+          if (k < 1) continue;
+          for (int64_t i = 0; i < n; i++) ref[i] = beaters[i] < k ? 1 : 0;
+          bk_buffer *y = NULL, *y2 = NULL;
+          if (TL_OK(bk_rows_topk_mask(tl_ctx, b, rows, cols, k, &y)) == BK_OK) {
+            TL_BUF_EXACT(y, ref, n);
+            if (TL_OK(bk_rows_topk_mask(tl_ctx, b, rows, cols, k, &y2)) == BK_OK)
+              TL_CHECK(tl_same_bits(y, y2), "topk_mask is not deterministic");
+          }
+          bk_buffer_release(y);
+          bk_buffer_release(y2);
+        }
+        TL_UNCHANGED(b, h, n);
+        bk_buffer_release(b);
+        free(h);
+        free(x);
+        free(ref);
+        free(beaters);
+      }
+    }
+  }
+}
+
+/* k >= cols on a result longer than the front door's fill block. */
+static void topk_all_ones(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    const int64_t rows = 3, cols = 5000, n = rows * cols;
+    double *x = tl_xmalloc((size_t)n * sizeof *x), *ones = tl_xmalloc((size_t)n * sizeof *ones);
+    tl_seed(900);
+    fill_tricky(x, n, 1);
+    for (int64_t i = 0; i < n; i++) ones[i] = 1;
+    bk_buffer *b = tl_buf(dt, x, n), *y = NULL;
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, b, rows, cols, cols, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ones, n);
+    bk_buffer_release(y);
+    for (int64_t i = 0; i < n; i++) ones[i] = 0;
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, b, rows, cols, 0, &y)) == BK_OK) TL_BUF_EXACT(y, ones, n);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+    free(x);
+    free(ones);
+  }
+}
+
+static bk_status call_topk(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out) {
+  return bk_rows_topk_mask(tl_ctx, x, rows, cols, 1, out);
+}
+
+static void topk_errors(void) {
+  matrix_errors(call_topk);
+  double x[6] = {0};
+  bk_buffer *b = tl_buf(BK_F64, x, 6), *y = (bk_buffer *)&y;
+  TL_REJECT(bk_rows_topk_mask(tl_ctx, b, 2, 3, -1, &y), BK_ERR_INVALID_ARGUMENT, "k = -1");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  bk_buffer_release(b);
+}
+
+/* ---- bk_rows_masked_softmax ------------------------------------------------------------------- */
+
+/* Host reference: softmax over the allowed entries (mask != 0) with the
+ * IEEE rules of bk_softmax among them, blocked entries +0. */
+static void masked_softmax_ref(const double *s, const double *m, double *ref, int64_t rows,
+                               int64_t cols) {
+  for (int64_t r = 0; r < rows; r++) {
+    const double *sr = s + r * cols, *mr = m + r * cols;
+    double mx = -INFINITY, sum = 0;
+    int any = 0, nan = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      if (mr[j] == 0) continue;
+      any = 1;
+      if (isnan(sr[j])) nan = 1;
+      if (sr[j] > mx) mx = sr[j];
+    }
+    for (int64_t j = 0; j < cols; j++)
+      if (mr[j] != 0) sum += exp(sr[j] - mx);
+    for (int64_t j = 0; j < cols; j++) {
+      if (mr[j] == 0 || !any)
+        ref[r * cols + j] = 0;
+      else
+        ref[r * cols + j] = (nan || isinf(mx)) ? NAN : exp(sr[j] - mx) / sum;
+    }
+  }
+}
+
+static void masked_softmax_examples(void) {
+  const double inf = INFINITY;
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    const double s[] = {1000, -1000, 3, 4}, m[] = {0, 1, 0, 0};
+    bk_buffer *bs = tl_buf(dt, s, 4), *bm = tl_buf(dt, m, 4), *y = NULL;
+    if (TL_OK(bk_rows_masked_softmax(tl_ctx, bs, bm, 2, 2, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ((double[]){0, 1, 0, 0}), 4);
+    bk_buffer_release(y);
+    bk_buffer_release(bs);
+    bk_buffer_release(bm);
+    /* rows: NaN mask allowed, -0 mask blocked | blocked NaN and +inf ignored
+     * | allowed NaN makes the allowed entries NaN, blocked stay +0 | only
+     * -inf allowed | -inf among numbers */
+    const double s2[] = {1, 1, 5,   NAN, 2, inf,  NAN, 0, 0,   -inf, -inf, 3,   -inf, 0, 0};
+    const double m2[] = {NAN, 1, -0.0, 0, 1, 0,   1, 1, 0,    1, 1, 0,         1, 1, 1};
+    const double want[] = {0.5, 0.5, 0,  0, 1, 0,  NAN, NAN, 0,  NAN, NAN, 0,  0, 0.5, 0.5};
+    bs = tl_buf(dt, s2, 15);
+    bm = tl_buf(dt, m2, 15);
+    if (TL_OK(bk_rows_masked_softmax(tl_ctx, bs, bm, 5, 3, &y)) == BK_OK) TL_BUF_EXACT(y, want, 15);
+    bk_buffer_release(y);
+    bk_buffer_release(bs);
+    bk_buffer_release(bm);
+    bk_buffer *e = tl_buf(dt, NULL, 0);
+    if (TL_OK(bk_rows_masked_softmax(tl_ctx, e, e, 3, 0, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+    bk_buffer_release(y);
+    if (TL_OK(bk_rows_masked_softmax(tl_ctx, e, e, 0, 3, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+    bk_buffer_release(y);
+    bk_buffer_release(e);
+  }
+}
+
+/* Random rows (some fully blocked) against the reference; then every
+ * blocked score is replaced by a hostile value and the result must be
+ * bitwise the same, with blocked entries exactly +0. */
+static void masked_softmax_random(void) {
+  static const int64_t shapes[][2] = {{1, 1}, {7, 5}, {33, 100}, {64, 257}, {4, 20000}};
+  static const double hostile[] = {NAN, INFINITY, -INFINITY, 1000, -1000, 1e30, -1e30, 0};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *m = tl_xmalloc((size_t)n * sizeof *m);
+      double *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(1000 + s);
+      for (int64_t i = 0; i < n; i++) {
+        x[i] = 4 * tl_randn();
+        uint64_t u = tl_next() % 8;
+        m[i] = u < 3 ? 0 : u == 3 ? -0.0 : u == 4 ? 0.5 : u == 5 ? -2 : 1;
+      }
+      if (rows > 2)
+        for (int64_t j = 0; j < cols; j++) m[cols + j] = 0; /* row 1 fully blocked */
+      bk_buffer *bx = tl_buf(dt, x, n), *bm = tl_buf(dt, m, n), *y = NULL, *y2 = NULL;
+      double *h = held(bx);
+      masked_softmax_ref(h, m, ref, rows, cols);
+      if (TL_OK(bk_rows_masked_softmax(tl_ctx, bx, bm, rows, cols, &y)) == BK_OK) {
+        TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
+        double *g = tl_read(y);
+        int blocked_zero = 1;
+        for (int64_t i = 0; i < n; i++)
+          if (m[i] == 0 && (g[i] != 0 || signbit(g[i]))) blocked_zero = 0;
+        TL_CHECK(blocked_zero, "a blocked entry is not exactly +0");
+        free(g);
+        for (int64_t i = 0, k = 0; i < n; i++)
+          if (m[i] == 0) h[i] = hostile[k++ % 8];
+        bk_buffer *bh = tl_buf(dt, h, n);
+        if (TL_OK(bk_rows_masked_softmax(tl_ctx, bh, bm, rows, cols, &y2)) == BK_OK)
+          TL_CHECK(tl_same_bits(y, y2), "blocked scores influenced the result");
+        TL_UNCHANGED(bh, h, n);
+        bk_buffer_release(bh);
+        bk_buffer_release(y2);
+        y2 = NULL;
+        if (TL_OK(bk_rows_masked_softmax(tl_ctx, bx, bm, rows, cols, &y2)) == BK_OK)
+          TL_CHECK(tl_same_bits(y, y2), "masked_softmax is not deterministic");
+      }
+      TL_UNCHANGED(bm, m, n);
+      bk_buffer_release(y);
+      bk_buffer_release(y2);
+      bk_buffer_release(bx);
+      bk_buffer_release(bm);
+      free(h);
+      free(x);
+      free(m);
+      free(ref);
+    }
+  }
+}
+
+static void masked_softmax_errors(void) {
+  double x[6] = {0};
+  bk_buffer *b = tl_buf(BK_F32, x, 6), *b64 = tl_buf(BK_F64, x, 6), *b4 = tl_buf(BK_F32, x, 4);
+  bk_buffer *y = (bk_buffer *)&y;
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, b, b, 2, 3, NULL), BK_ERR_NULL, "out");
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, NULL, b, 2, 3, &y), BK_ERR_NULL, "scores");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, b, NULL, 2, 3, &y), BK_ERR_NULL, "mask");
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, b, b, -2, 3, &y), BK_ERR_INVALID_ARGUMENT, "rows");
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, b, b, 2, -3, &y), BK_ERR_INVALID_ARGUMENT, "cols");
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, b, b, INT64_MAX, 2, &y), BK_ERR_INVALID_ARGUMENT,
+            "overflow");
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, b4, b, 2, 3, &y), BK_ERR_INVALID_ARGUMENT,
+            "scores has length 4, expected 6");
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, b, b4, 2, 3, &y), BK_ERR_INVALID_ARGUMENT,
+            "mask has length 4, expected 6");
+  TL_REJECT(bk_rows_masked_softmax(tl_ctx, b, b64, 2, 3, &y), BK_ERR_DTYPE, "mask");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  bk_context *other = tl_other_ctx();
+  if (other) {
+    bk_buffer *bo = tl_buf_on(other, BK_F32, x, 6);
+    TL_REJECT(bk_rows_masked_softmax(tl_ctx, b, bo, 2, 3, &y), BK_ERR_DEVICE_MISMATCH, "mask");
+    TL_REJECT(bk_rows_masked_softmax(other, b, b, 2, 3, &y), BK_ERR_DEVICE_MISMATCH, "ctx");
+    bk_buffer_release(bo);
+  }
+  bk_buffer_release(b);
+  bk_buffer_release(b64);
+  bk_buffer_release(b4);
+}
+
+/* ---- allocation failures ---------------------------------------------------------------------- */
+
+static bk_status af_sum(const bk_buffer *x, const bk_buffer *m, bk_buffer **out) {
+  (void)m;
+  return bk_rows_sum(tl_ctx, x, 40, 100, out);
+}
+static bk_status af_max(const bk_buffer *x, const bk_buffer *m, bk_buffer **out) {
+  (void)m;
+  return bk_rows_max(tl_ctx, x, 40, 100, out);
+}
+static bk_status af_first(const bk_buffer *x, const bk_buffer *m, bk_buffer **out) {
+  (void)m;
+  return bk_rows_first_max_mask(tl_ctx, x, 40, 100, out);
+}
+static bk_status af_topk(const bk_buffer *x, const bk_buffer *m, bk_buffer **out) {
+  (void)m;
+  return bk_rows_topk_mask(tl_ctx, x, 40, 100, 7, out);
+}
+static bk_status af_topk_ones(const bk_buffer *x, const bk_buffer *m, bk_buffer **out) {
+  (void)m;
+  return bk_rows_topk_mask(tl_ctx, x, 40, 100, 100, out);
+}
+static bk_status af_topk_zeros(const bk_buffer *x, const bk_buffer *m, bk_buffer **out) {
+  (void)m;
+  return bk_rows_topk_mask(tl_ctx, x, 40, 100, 0, out);
+}
+static bk_status af_masked(const bk_buffer *x, const bk_buffer *m, bk_buffer **out) {
+  return bk_rows_masked_softmax(tl_ctx, x, m, 40, 100, out);
+}
+
+static void rows_alloc_failures(void) {
+  const int64_t n = 4000;
+  double *x = tl_xmalloc((size_t)n * sizeof *x);
+  tl_seed(1100);
+  tl_fill_randn(x, n);
+  bk_buffer *b = tl_buf(BK_F32, x, n);
+  alloc_failures("rows_sum", af_sum, b, b);
+  alloc_failures("rows_max", af_max, b, b);
+  alloc_failures("rows_first_max_mask", af_first, b, b);
+  alloc_failures("rows_topk_mask", af_topk, b, b);
+  alloc_failures("rows_topk_mask (k >= cols)", af_topk_ones, b, b);
+  alloc_failures("rows_topk_mask (k == 0)", af_topk_zeros, b, b);
+  alloc_failures("rows_masked_softmax", af_masked, b, b);
+  bk_buffer_release(b);
+  free(x);
+}
+
 int main(void) {
   if (!tl_init()) return 0;
   TL_RUN(rows_sum_examples);
   TL_RUN(rows_sum_random);
   TL_RUN(rows_sum_errors);
+  TL_RUN(rows_max_examples);
+  TL_RUN(rows_max_random);
+  TL_RUN(rows_max_errors);
+  TL_RUN(first_max_examples);
+  TL_RUN(first_max_random);
+  TL_RUN(first_max_errors);
+  TL_RUN(topk_examples);
+  TL_RUN(topk_random);
+  TL_RUN(topk_all_ones);
+  TL_RUN(topk_errors);
+  TL_RUN(masked_softmax_examples);
+  TL_RUN(masked_softmax_random);
+  TL_RUN(masked_softmax_errors);
+  TL_RUN(rows_alloc_failures);
   return tl_finish();
 }

@@ -169,9 +169,18 @@ static void tl_fill_randn(double *v, int64_t n) {
   for (int64_t i = 0; i < n; i++) v[i] = tl_randn();
 }
 
+/* GCC 12 at -O3 mis-vectorizes the float round trip below when the length
+ * is a propagated constant; keeping these functions out of interprocedural
+ * constant propagation avoids it. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define TL_NOIPA __attribute__((noipa))
+#else
+#define TL_NOIPA
+#endif
+
 /* Rounds host values to the dtype, so a float64 reference sees exactly the
  * inputs the float32 kernel sees. */
-static void tl_round(bk_dtype dt, double *v, int64_t n) {
+TL_NOIPA static void tl_round(bk_dtype dt, double *v, int64_t n) {
   if (dt == BK_F32)
     for (int64_t i = 0; i < n; i++) v[i] = (double)(float)v[i];
 }
@@ -344,7 +353,7 @@ static int tl_buf_close_at(const char *file, int line, const char *what, const b
 /* Checks that buffer b still holds exactly v (rounded to its dtype): the
  * primitive did not write into its input. */
 #define TL_UNCHANGED(b, v, n) tl_unchanged_at(__FILE__, __LINE__, #b, (b), (v), (n))
-static void tl_unchanged_at(const char *file, int line, const char *what, const bk_buffer *b,
+TL_NOIPA static void tl_unchanged_at(const char *file, int line, const char *what, const bk_buffer *b,
                             const double *v, int64_t n) {
   double *r = tl_xmalloc((size_t)n * sizeof *r);
   memcpy(r, v, (size_t)n * sizeof *r);

@@ -10,7 +10,8 @@
  *    length-m DFT becomes a circular convolution of power-of-two length
  *    M >= 2m-1, done with the mixed-radix engine.
  * Twiddles come from one table of m roots exp(-2 pi i k/m), each computed
- * directly with cos/sin (no recurrence), so the error stays O(eps log m).
+ * directly with cos/sin of an octant-reduced angle (no recurrence), so the
+ * error stays O(eps log m).
  *
  * A real transform of even n = 2h runs one complex FFT of length h on the
  * samples packed as z[t] = x[2t] + i x[2t+1] and separates the even and odd
@@ -101,14 +102,34 @@ static void plan_free(plan *p) {
 
 static void exec(const plan *p, const cpx *in, cpx *out, cpx *scratch);
 
-/* exp(-2 pi i k/m) for k = 0..m-1; the upper half mirrors the lower one
- * (w[m-k] = conj(w[k])) so that angles stay below pi. */
-static void fill_roots(cpx *w, int64_t m) {
-  for (int64_t k = 0; k <= m / 2; k++) {
-    const double a = 2.0 * FFT_PI * (double)k / (double)m;
-    w[k] = (cpx){cos(a), -sin(a)};
+/*
+ * exp(-i pi num/den) for 0 <= num <= 2 den. The angle is folded into the
+ * first octant with exact integer arithmetic before cos/sin see it, so
+ * mirrored angles give mirrored values bit for bit and multiples of pi/4
+ * come out exact (0, +-1) or symmetric (+-sqrt(1/2)).
+ */
+static cpx unit_root(int64_t num, int64_t den) {
+  int conj = 0, neg_re = 0;
+  if (num > den) { /* theta = 2 pi - theta' */
+    num = 2 * den - num;
+    conj = 1;
   }
-  for (int64_t k = m / 2 + 1; k < m; k++) w[k] = (cpx){w[m - k].re, -w[m - k].im};
+  if (2 * num > den) { /* theta' = pi - theta'' */
+    num = den - num;
+    neg_re = 1;
+  }
+  double c, s;
+  if (4 * num > den) { /* theta'' = pi/2 - a */
+    const double a = FFT_PI * (double)(den - 2 * num) / (2.0 * (double)den);
+    c = sin(a);
+    s = cos(a);
+  } else {
+    const double a = FFT_PI * (double)num / (double)den;
+    c = cos(a);
+    s = sin(a);
+  }
+  if (neg_re) c = -c;
+  return conj ? (cpx){c, s} : (cpx){c, -s};
 }
 
 static bk_status plan_make(int64_t m, plan **out) {
@@ -119,7 +140,8 @@ static bk_status plan_make(int64_t m, plan **out) {
   bk_status st = BK_OK;
   if (factorize(m, p->fac, &p->nf) <= FFT_MAX_RADIX) {
     st = alloc_cpx(m, &p->w);
-    if (st == BK_OK) fill_roots(p->w, m);
+    if (st == BK_OK)
+      for (int64_t k = 0; k < m; k++) p->w[k] = unit_root(2 * k, m);
   } else {
     /* Bluestein: e^{-2 pi i kt/m} = c_k c_t conj(c_{k-t}) with
      * c_k = e^{-pi i k^2/m}, so X[k] = c_k * sum_t (x_t c_t) conj(c_{k-t}),
@@ -136,8 +158,7 @@ static bk_status plan_make(int64_t m, plan **out) {
       /* k^2 mod 2m, kept exact in integers: (k+1)^2 = k^2 + 2k + 1. */
       int64_t sq = 0;
       for (int64_t k = 0; k < m; k++) {
-        const double a = FFT_PI * (double)sq / (double)m;
-        p->chirp[k] = (cpx){cos(a), -sin(a)};
+        p->chirp[k] = unit_root(sq, m);
         sq += 2 * k + 1;
         while (sq >= 2 * m) sq -= 2 * m;
       }
@@ -181,7 +202,8 @@ static void pass(const cpx *w, int64_t N, const cpx *in, int64_t is, cpx *out, i
   if (q == 1) {
     for (int64_t r = 0; r < p; r++) out[r] = in[r * is];
   } else {
-    for (int64_t r = 0; r < p; r++) pass(w, N, in + r * is, is * p, out + r * q, q, fac + 1, ws * p);
+    for (int64_t r = 0; r < p; r++)
+      pass(w, N, in + r * is, is * p, out + r * q, q, fac + 1, ws * p);
   }
   const int64_t wp = N / p; /* W_p^1 = w[wp] */
   cpx t[FFT_MAX_RADIX];
@@ -210,7 +232,7 @@ static void pass(const cpx *w, int64_t N, const cpx *in, int64_t is, cpx *out, i
         const cpx b2 = {t[1].re + t[3].re, t[1].im + t[3].im};
         const cpx b3 = {t[1].re - t[3].re, t[1].im - t[3].im};
         out[k] = (cpx){b0.re + b2.re, b0.im + b2.im};
-        out[k + q] = (cpx){b1.re + b3.im, b1.im - b3.re};     /* b1 - i b3 */
+        out[k + q] = (cpx){b1.re + b3.im, b1.im - b3.re}; /* b1 - i b3 */
         out[k + 2 * q] = (cpx){b0.re - b2.re, b0.im - b2.im};
         out[k + 3 * q] = (cpx){b1.re - b3.im, b1.im + b3.re}; /* b1 + i b3 */
         break;
@@ -286,11 +308,11 @@ static void exec(const plan *p, const cpx *in, cpx *out, cpx *scratch) {
 /* Everything one call shares: the complex plan, the half-length twiddles
  * of the even path, and per-thread scratch. */
 typedef struct job {
-  int64_t n, m;   /* real length, complex length (n/2 for even n, else n) */
-  plan *p;
-  cpx *half;      /* (n/2+1) exp(-2 pi i k/n), even n only */
-  cpx *scratch;   /* (threads, per) */
-  int64_t per;    /* complex values of scratch per thread */
+  int64_t n, m;  /* real length, complex length (n/2 for even n, else n) */
+  plan *p;       /* the complex transform */
+  cpx *half;     /* (n/2+1) exp(-2 pi i k/n), even n only */
+  cpx *scratch;  /* (threads, per) */
+  int64_t per;   /* complex values of scratch per thread */
   int threads;
 } job;
 
@@ -317,10 +339,7 @@ static bk_status job_make(int64_t n, int64_t batch, job *j) {
   if (st == BK_OK && n % 2 == 0) {
     st = alloc_cpx(n / 2 + 1, &j->half);
     if (st == BK_OK) {
-      for (int64_t k = 0; k <= n / 2; k++) {
-        const double a = 2.0 * FFT_PI * (double)k / (double)n;
-        j->half[k] = (cpx){cos(a), -sin(a)};
-      }
+      for (int64_t k = 0; k <= n / 2; k++) j->half[k] = unit_root(2 * k, n);
     }
   }
   if (st == BK_OK) {
@@ -448,7 +467,8 @@ bk_status bk__cpu_irfft(bk_context *ctx, bk_dtype dt, const void *spec, void *y,
 #pragma omp parallel for schedule(static) num_threads(j.threads) \
     if (batch > 1 && batch * n >= BK_CPU_PARALLEL_MIN)
   for (int64_t b = 0; b < batch; b++)
-    irfft_one(&j, dt, spec, b * bins, y, b * n, normalize, j.scratch + (int64_t)thread_id() * j.per);
+    irfft_one(&j, dt, spec, b * bins, y, b * n, normalize,
+              j.scratch + (int64_t)thread_id() * j.per);
   job_free(&j);
   return BK_OK;
 }

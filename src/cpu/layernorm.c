@@ -50,6 +50,7 @@ bk_status bk__cpu_layernorm_backward(bk_context *ctx, bk_dtype dt, const void *d
                                      int64_t rows, int64_t cols) {
   (void)ctx;
   const int par = rows * cols >= BK_CPU_PARALLEL_MIN;
+  (void)par; /* read only by the OpenMP pragmas */
 
   /* dx: each row needs only its own two sums. */
 #pragma omp parallel for schedule(static) if (par)

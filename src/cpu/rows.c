@@ -172,20 +172,19 @@ bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, vo
   (void)ctx;
   /* A row costs about cols^2 comparisons when counted directly and about
    * cols*log2(cols) when sorted; 16 stands in for the logarithm. */
+  int threads = 1;
+#ifdef _OPENMP
   int64_t per_entry = cols <= TOPK_DIRECT_MAX ? cols : 16;
-  bool parallel = rows * cols >= BK_CPU_PARALLEL_MIN / per_entry;
+  if (rows * cols >= BK_CPU_PARALLEL_MIN / per_entry) threads = omp_get_max_threads();
+  if (threads > rows) threads = (int)rows;
+#endif
   if (cols <= TOPK_DIRECT_MAX) {
-#pragma omp parallel for schedule(static) if (parallel)
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t r = 0; r < rows; r++) topk_row_direct(dt, x, y, r * cols, cols, k);
     return BK_OK;
   }
 
   /* Long rows: two scratch arrays of cols entries per thread. */
-  int threads = 1;
-#ifdef _OPENMP
-  if (parallel) threads = omp_get_max_threads();
-  if (threads > rows) threads = (int)rows;
-#endif
   size_t per_thread = 2 * (size_t)cols;
   if ((uint64_t)cols > SIZE_MAX / 2 / sizeof(topk_entry) / (size_t)threads)
     return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_rows_topk_mask",

@@ -1,9 +1,516 @@
-/* PENDING: replaced by the family implementation. */
+/*
+ * bmm.cu — batched matrix products on CUDA.
+ *
+ * bk_bmm is one cuBLAS strided-batched GEMM. cuBLAS is column-major, so the
+ * row-major product C = op(A) op(B) is computed as its transpose
+ * C^T = op(B)^T op(A)^T: the operands swap places and each row-major matrix
+ * is read as the column-major transpose it already is, so the transpose
+ * flags map onto cuBLAS's without any copy. The handle runs in
+ * CUBLAS_PEDANTIC_MATH and the compute types are the pedantic ones: never
+ * TF32 or any other reduced mode.
+ *
+ * bk_bmm_scaled computes C = scale * op(A) op(B) and the range-loss flag
+ * with one synchronization (the flag read at the end). Writing
+ * scale = r * 2^e with r in [1, 2), the work is queued as:
+ *   1. amax_kernel: max|A|, max|B| and "some entry is not finite", as
+ *      per-block partials (max is order-independent, so this is exact and
+ *      deterministic);
+ *   2. plan_kernel (one block): folds the partials and decides on the device
+ *      how the scale is applied. When op(A) op(B) cannot leave the normal
+ *      range (n*max|A|*max|B| well below the largest finite value and
+ *      max|A|*max|B| well above the subnormals) and scale itself is a normal
+ *      number of the dtype, the GEMM reads the inputs directly with
+ *      alpha = scale. Otherwise 2^e is split exactly between two scaled
+ *      copies A' = A*2^ea, B' = B*2^eb (ea + eb = e) chosen so that
+ *      max|A'| ~ max|B'| ~ sqrt(2^e max|A| max|B|), and alpha = r. It also
+ *      evaluates the conservative bound scale*n*max|A|*max|B| > max finite;
+ *   3. scale_kernel: writes the per-matrix pointer arrays (inputs or copies,
+ *      as the plan says) and, only when the plan asks for it, the copies;
+ *   4. a pointer-array batched GEMM with alpha and beta read from the plan
+ *      (device pointer mode), so the host never needs the plan's decision;
+ *   5. check_kernel: flags non-finite results and results below the
+ *      smallest normal (exact zero included), skipped when the inputs
+ *      already raised the flag;
+ * then the flag word is copied back and the stream synchronized once.
+ */
 #include "cuda_internal.h"
 
-extern "C" bk_status bk__cuda_bmm(bk_context *ctx, bk_dtype dt, const void *A, const void *B, void *C, int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a, int trans_b) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_bmm", "not yet implemented");
+#include <cublas_v2.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+
+/* ---- dtype traits ------------------------------------------------------------ */
+
+/* Range constants of a dtype: normal numbers are [2^EMIN, 2^EMAX), PREC bits
+ * of significand; VEC elements make one 16-byte access. */
+template <typename T> struct bmm_traits;
+template <> struct bmm_traits<float> {
+  static constexpr int EMIN = -126, EMAX = 128, PREC = 24, VEC = 4;
+  static __host__ __device__ constexpr float min_normal() { return FLT_MIN; }
+  static __host__ __device__ constexpr float max_finite() { return FLT_MAX; }
+  static constexpr cudaDataType data_type = CUDA_R_32F;
+  static constexpr cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F_PEDANTIC;
+};
+template <> struct bmm_traits<double> {
+  static constexpr int EMIN = -1022, EMAX = 1024, PREC = 53, VEC = 2;
+  static __host__ __device__ constexpr double min_normal() { return DBL_MIN; }
+  static __host__ __device__ constexpr double max_finite() { return DBL_MAX; }
+  static constexpr cudaDataType data_type = CUDA_R_64F;
+  static constexpr cublasComputeType_t compute_type = CUBLAS_COMPUTE_64F_PEDANTIC;
+};
+
+/* The device-side decision of bk_bmm_scaled (see the file comment). */
+template <typename T> struct scaled_plan {
+  T alpha, beta;   /* the GEMM's scalars, read by cuBLAS in device pointer mode */
+  int ea, eb;      /* power-of-two exponents of the copies A' and B' */
+  int copy;        /* 1: the GEMM reads the scaled copies; 0: the inputs */
+  int input_flag;  /* range loss known before the product (inputs or bound) */
+  int flag;        /* the final range-loss flag, read back by the host */
+};
+
+/* ---- device helpers ----------------------------------------------------------- */
+
+static __device__ __forceinline__ void ld16(const float *p, float *v) {
+  const float4 t = __ldg(reinterpret_cast<const float4 *>(p));
+  v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
 }
-extern "C" bk_status bk__cuda_bmm_scaled(bk_context *ctx, bk_dtype dt, const void *A, const void *B, void *C, int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a, int trans_b, double scale, int *range_loss) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_bmm_scaled", "not yet implemented");
+static __device__ __forceinline__ void ld16(const double *p, double *v) {
+  const double2 t = __ldg(reinterpret_cast<const double2 *>(p));
+  v[0] = t.x; v[1] = t.y;
+}
+static __device__ __forceinline__ void st16(float *p, const float *v) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void st16(double *p, const double *v) {
+  *reinterpret_cast<double2 *>(p) = make_double2(v[0], v[1]);
+}
+
+/* x * 2^e with a single rounding. float data is scaled through double,
+ * where the product is exact for every exponent the plan can produce (a
+ * float times 2^e with |e| <= 1000 stays inside double's range or rounds
+ * to the same float zero or infinity). */
+static __device__ __forceinline__ float pow2_scale(float x, int, double factor) {
+  return (float)((double)x * factor);
+}
+static __device__ __forceinline__ double pow2_scale(double x, int e, double) {
+  return scalbn(x, e);
+}
+
+/* Folds one value into a running max|x| over finite entries and a
+ * "not finite" flag. */
+template <typename T>
+static __device__ __forceinline__ void amax_fold(T v, T &m, int &bad) {
+  const bool fin = isfinite(v);
+  bad |= !fin;
+  m = fin ? fmax(m, fabs(v)) : m;
+}
+
+/* Block-wide max of m (blockDim.x a multiple of 32, at most 1024); every
+ * thread of the block must call it. The result is valid in every thread. */
+template <typename T>
+static __device__ T block_max(T m) {
+  __shared__ T warp_max[32];
+  for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_max[warp] = m;
+  __syncthreads();
+  const int warps = blockDim.x >> 5;
+  m = lane < warps ? warp_max[lane] : (T)0;
+  for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
+  __syncthreads(); /* warp_max may be reused by a following call */
+  return m;
+}
+
+/* floor(v / 2) for any sign. */
+static __device__ __forceinline__ int floor_half(int v) { return v >= 0 ? v / 2 : -((1 - v) / 2); }
+
+/* ---- kernels -------------------------------------------------------------------- */
+
+/* Per-block max|x| over finite entries and "some entry is not finite", for
+ * A (blockIdx.y == 0) and B (blockIdx.y == 1). Partials are laid out
+ * [operand][block]. */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+amax_kernel(const T *__restrict__ a, int64_t len_a, const T *__restrict__ b, int64_t len_b,
+            T *__restrict__ part_max, int *__restrict__ part_bad) {
+  constexpr int V = bmm_traits<T>::VEC;
+  const T *x = blockIdx.y == 0 ? a : b;
+  const int64_t len = blockIdx.y == 0 ? len_a : len_b;
+  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  T m = 0;
+  int bad = 0;
+  int64_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
+    const int64_t nvec = len / V;
+    int64_t i = tid;
+    /* Four independent 16-byte loads in flight per thread. */
+    for (; i + 3 * stride < nvec; i += 4 * stride) {
+      T v0[V], v1[V], v2[V], v3[V];
+      ld16(x + i * V, v0);
+      ld16(x + (i + stride) * V, v1);
+      ld16(x + (i + 2 * stride) * V, v2);
+      ld16(x + (i + 3 * stride) * V, v3);
+#pragma unroll
+      for (int e = 0; e < V; e++) {
+        amax_fold(v0[e], m, bad);
+        amax_fold(v1[e], m, bad);
+        amax_fold(v2[e], m, bad);
+        amax_fold(v3[e], m, bad);
+      }
+    }
+    for (; i < nvec; i += stride) {
+      T v[V];
+      ld16(x + i * V, v);
+#pragma unroll
+      for (int e = 0; e < V; e++) amax_fold(v[e], m, bad);
+    }
+    done = nvec * V;
+  }
+  for (int64_t i = done + tid; i < len; i += stride) amax_fold(__ldg(x + i), m, bad);
+  bad = __syncthreads_or(bad);
+  m = block_max(m);
+  if (threadIdx.x == 0) {
+    const int64_t slot = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
+    part_max[slot] = m;
+    part_bad[slot] = bad;
+  }
+}
+
+/* One block: folds the partials of both operands and writes the plan. The
+ * scale arrives as scale = sr * 2^se with sr in [1, 2). */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+plan_kernel(const T *__restrict__ part_max, const int *__restrict__ part_bad, int parts,
+            double scale, int se, double sr, int64_t n, scaled_plan<T> *plan) {
+  typedef bmm_traits<T> tr;
+  T ma = 0, mb = 0;
+  int bad = 0;
+  for (int i = threadIdx.x; i < parts; i += blockDim.x) {
+    ma = fmax(ma, part_max[i]);
+    mb = fmax(mb, part_max[parts + i]);
+    bad |= part_bad[i] | part_bad[parts + i];
+  }
+  bad = __syncthreads_or(bad);
+  ma = block_max(ma);
+  mb = block_max(mb);
+  if (threadIdx.x != 0) return;
+
+  int flag = bad;
+  int copy = 0, ea = 0, eb = 0;
+  /* scale itself as the GEMM's alpha must be a normal number of the dtype,
+   * with a factor-2 margin below the largest finite value. */
+  const bool alpha_ok = se >= tr::EMIN && se <= tr::EMAX - 2;
+  if (ma > 0 && mb > 0) {
+    int xa, xb, xs, xn;
+    const double fa = frexp((double)ma, &xa);
+    const double fb = frexp((double)mb, &xb);
+    const double fs = frexp(scale, &xs);
+    const double fn = frexp((double)n, &xn);
+    /* bound = fa*fb*fs*fn * 2^(xa+xb+xs+xn) against the largest finite
+     * value (1 - 2^-PREC) * 2^EMAX, compared with the exponents apart so
+     * that nothing overflows on the way. */
+    int ex = xa + xb + xs + xn - tr::EMAX;
+    ex = ex < -3000 ? -3000 : (ex > 3000 ? 3000 : ex);
+    if (ldexp(fa * fb * fs * fn, ex) > 1.0 - ldexp(1.0, -tr::PREC)) flag = 1;
+    /* max|A| in [2^la, 2^(la+1)), likewise B, and n < 2^xn, so every
+     * partial sum of op(A) op(B) is below 2^(la+lb+2+xn). */
+    const int la = xa - 1, lb = xb - 1;
+    const bool moderate = la + lb + 2 + xn <= tr::EMAX - 1 && la + lb >= tr::EMIN + tr::PREC;
+    if (!(alpha_ok && moderate)) {
+      copy = 1;
+      ea = floor_half(se + lb - la);
+      eb = se - ea;
+    }
+  } else if (!alpha_ok) {
+    /* An operand is all zeros (or holds no finite entry): the product is
+     * zero whatever the split, so the whole power of two goes onto that
+     * operand, where it cannot turn a finite entry of the other into an
+     * infinity. */
+    copy = 1;
+    ea = ma > 0 ? 0 : se;
+    eb = se - ea;
+  }
+  plan->alpha = copy ? (T)sr : (T)scale;
+  plan->beta = 0;
+  plan->ea = ea;
+  plan->eb = eb;
+  plan->copy = copy;
+  plan->input_flag = flag;
+  plan->flag = flag;
+}
+
+/* Writes the pointer arrays the batched GEMM reads (in cuBLAS's operand
+ * order: our B, our A, C) from the inputs or the copies as the plan says,
+ * and, when the plan asks for copies, writes A' = A*2^ea (blockIdx.y == 0)
+ * and B' = B*2^eb (blockIdx.y == 1). */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+scale_kernel(const T *__restrict__ a, T *__restrict__ a2, int64_t len_a, int64_t stride_a,
+             const T *__restrict__ b, T *__restrict__ b2, int64_t len_b, int64_t stride_b,
+             T *c, int64_t stride_c, int64_t batch, void **ptrs,
+             const scaled_plan<T> *__restrict__ plan) {
+  constexpr int V = bmm_traits<T>::VEC;
+  const int copy = plan->copy;
+  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  if (blockIdx.y == 0) {
+    const T *pa = copy ? a2 : a;
+    const T *pb = copy ? b2 : b;
+    for (int64_t i = tid; i < batch; i += stride) {
+      ptrs[i] = const_cast<T *>(pb + i * stride_b);
+      ptrs[batch + i] = const_cast<T *>(pa + i * stride_a);
+      ptrs[2 * batch + i] = c + i * stride_c;
+    }
+  }
+  if (!copy) return;
+  const T *src = blockIdx.y == 0 ? a : b;
+  T *dst = blockIdx.y == 0 ? a2 : b2;
+  const int64_t len = blockIdx.y == 0 ? len_a : len_b;
+  const int e = blockIdx.y == 0 ? plan->ea : plan->eb;
+  /* The float path multiplies by this factor; beyond +-1000 every float
+   * already rounds to the same zero or infinity, so the clamp is exact. */
+  const double factor = ldexp(1.0, e < -1000 ? -1000 : (e > 1000 ? 1000 : e));
+  int64_t done = 0;
+  /* dst is scratch, aligned for 16-byte stores; src may not be. */
+  if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+    const int64_t nvec = len / V;
+    for (int64_t i = tid; i < nvec; i += stride) {
+      T v[V];
+      ld16(src + i * V, v);
+#pragma unroll
+      for (int k = 0; k < V; k++) v[k] = pow2_scale(v[k], e, factor);
+      st16(dst + i * V, v);
+    }
+    done = nvec * V;
+  }
+  for (int64_t i = done + tid; i < len; i += stride) dst[i] = pow2_scale(__ldg(src + i), e, factor);
+}
+
+/* Raises the flag when a result entry is not finite or below the smallest
+ * normal in magnitude (exact zero included). Skipped when the plan already
+ * raised it: the answer is then 1 whatever C holds. */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+check_kernel(const T *__restrict__ c, int64_t len, scaled_plan<T> *plan) {
+  typedef bmm_traits<T> tr;
+  constexpr int V = tr::VEC;
+  if (plan->input_flag) return; /* uniform across the grid */
+  const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  int bad = 0;
+  int64_t done = 0;
+  /* A NaN fails both comparisons, so one test covers every case. */
+#define BK_BMM_BAD(v) (!(fabs(v) >= tr::min_normal() && fabs(v) <= tr::max_finite()))
+  if ((reinterpret_cast<uintptr_t>(c) & 15) == 0) {
+    const int64_t nvec = len / V;
+    int64_t i = tid;
+    for (; i + stride < nvec; i += 2 * stride) {
+      T v0[V], v1[V];
+      ld16(c + i * V, v0);
+      ld16(c + (i + stride) * V, v1);
+#pragma unroll
+      for (int e = 0; e < V; e++) bad |= BK_BMM_BAD(v0[e]) | BK_BMM_BAD(v1[e]);
+    }
+    for (; i < nvec; i += stride) {
+      T v[V];
+      ld16(c + i * V, v);
+#pragma unroll
+      for (int e = 0; e < V; e++) bad |= BK_BMM_BAD(v[e]);
+    }
+    done = nvec * V;
+  }
+  for (int64_t i = done + tid; i < len; i += stride) bad |= BK_BMM_BAD(__ldg(c + i));
+#undef BK_BMM_BAD
+  bad = __syncthreads_or(bad);
+  if (bad && threadIdx.x == 0) atomicOr(&plan->flag, 1);
+}
+
+/* ---- launchers -------------------------------------------------------------------- */
+
+static bk_status cublas_status(cublasStatus_t s, const char *fn, const char *what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return BK_OK;
+  return bk__fail(s == CUBLAS_STATUS_ALLOC_FAILED ? BK_ERR_OUT_OF_MEMORY : BK_ERR_DEVICE, fn,
+                  "%s failed: %s (%d)", what, cublasGetStatusString(s), (int)s);
+}
+
+/* The cuBLAS operand description of a row-major product (see the file
+ * comment): cuBLAS computes the (p, m) column-major C^T from B as its first
+ * operand and A as its second. */
+typedef struct gemm_shape {
+  cublasOperation_t op_first, op_second; /* for B and A */
+  int64_t ld_first, ld_second, ldc;      /* leading dimensions of B, A, C */
+} gemm_shape;
+
+static gemm_shape gemm_shape_of(int64_t m, int64_t n, int64_t p, int trans_a, int trans_b) {
+  gemm_shape s;
+  /* B stored (n, p) is column-major (p, n): used as is. Stored (p, n) it is
+   * column-major (n, p): transposed. */
+  s.op_first = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  s.ld_first = trans_b ? n : p;
+  /* A stored (m, n) is column-major (n, m): used as is. Stored (n, m) it is
+   * column-major (m, n): transposed. */
+  s.op_second = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  s.ld_second = trans_a ? m : n;
+  s.ldc = p;
+  return s;
+}
+
+template <typename T>
+static bk_status bmm_launch(bk_context *ctx, const T *A, const T *B, T *C, int64_t batch,
+                            int64_t m, int64_t n, int64_t p, int trans_a, int trans_b) {
+  static const char fn[] = "bk_bmm";
+  typedef bmm_traits<T> tr;
+  void *hv = NULL;
+  bk_status st = bk__cuda_cublas(ctx, &hv);
+  if (st != BK_OK) return st;
+  cublasHandle_t h = (cublasHandle_t)hv;
+  st = cublas_status(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), fn, "cublasSetPointerMode");
+  if (st != BK_OK) return st;
+  const gemm_shape s = gemm_shape_of(m, n, p, trans_a, trans_b);
+  const T one = 1, zero = 0;
+  return cublas_status(
+      cublasGemmStridedBatchedEx_64(h, s.op_first, s.op_second, p, m, n, &one, B, tr::data_type,
+                                    s.ld_first, (long long)(n * p), A, tr::data_type,
+                                    s.ld_second, (long long)(m * n), &zero, C, tr::data_type,
+                                    s.ldc, (long long)(m * p), batch, tr::compute_type,
+                                    CUBLAS_GEMM_DEFAULT),
+      fn, "cublasGemmStridedBatchedEx_64");
+}
+
+static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+/* Adds bytes to a running scratch size; false when size_t would overflow. */
+static bool scratch_add(size_t *total, size_t bytes, size_t *offset) {
+  size_t at = align256(*total);
+  if (at < *total || at + bytes < at) return false;
+  *offset = at;
+  *total = at + bytes;
+  return true;
+}
+
+template <typename T>
+static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C, int64_t batch,
+                                   int64_t m, int64_t n, int64_t p, int trans_a, int trans_b,
+                                   double scale, int *range_loss) {
+  static const char fn[] = "bk_bmm_scaled";
+  typedef bmm_traits<T> tr;
+  const int threads = 256;
+  const int64_t len_a = batch * m * n, len_b = batch * n * p, len_c = batch * m * p;
+  const int64_t longest = len_a > len_b ? len_a : len_b;
+  const int parts = (int)bk_cuda_blocks(ctx, (longest + tr::VEC - 1) / tr::VEC, threads);
+
+  void *hv = NULL;
+  bk_status st = bk__cuda_cublas(ctx, &hv);
+  if (st != BK_OK) return st;
+  cublasHandle_t h = (cublasHandle_t)hv;
+
+  /* One scratch block: plan, partials, pointer arrays, then the copies. The
+   * copies are reserved even when the plan ends up not using them: only
+   * the device knows, and the pool hands the memory back at once. */
+  size_t total = 0, off_plan, off_max, off_bad, off_ptrs, off_a2, off_b2;
+  const bool fits =
+      scratch_add(&total, sizeof(scaled_plan<T>), &off_plan) &&
+      scratch_add(&total, 2 * (size_t)parts * sizeof(T), &off_max) &&
+      scratch_add(&total, 2 * (size_t)parts * sizeof(int), &off_bad) &&
+      (uint64_t)batch <= SIZE_MAX / (3 * sizeof(void *)) &&
+      scratch_add(&total, 3 * (size_t)batch * sizeof(void *), &off_ptrs) &&
+      scratch_add(&total, (size_t)len_a * sizeof(T), &off_a2) &&
+      scratch_add(&total, (size_t)len_b * sizeof(T), &off_b2);
+  if (!fits) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "scratch for the scaled copies exceeds the address space");
+  void *scratch = NULL;
+  st = bk__cuda_scratch(ctx, total, &scratch);
+  if (st != BK_OK) return st;
+  char *base = (char *)scratch;
+  scaled_plan<T> *plan = (scaled_plan<T> *)(base + off_plan);
+  T *part_max = (T *)(base + off_max);
+  int *part_bad = (int *)(base + off_bad);
+  void **ptrs = (void **)(base + off_ptrs);
+  T *a2 = (T *)(base + off_a2);
+  T *b2 = (T *)(base + off_b2);
+  cudaStream_t stream = bk_stream(ctx);
+
+  /* scale = sr * 2^se with sr in [1, 2): exact. */
+  int se = 0;
+  const double sr = 2.0 * frexp(scale, &se);
+  se -= 1;
+
+  amax_kernel<T><<<dim3((unsigned)parts, 2), threads, 0, stream>>>(A, len_a, B, len_b, part_max,
+                                                                   part_bad);
+  st = bk__cuda_launched(fn, "amax_kernel");
+  if (st == BK_OK) {
+    plan_kernel<T><<<1, threads, 0, stream>>>(part_max, part_bad, parts, scale, se, sr, n, plan);
+    st = bk__cuda_launched(fn, "plan_kernel");
+  }
+  if (st == BK_OK) {
+    scale_kernel<T><<<dim3((unsigned)parts, 2), threads, 0, stream>>>(
+        A, a2, len_a, m * n, B, b2, len_b, n * p, C, m * p, batch, ptrs, plan);
+    st = bk__cuda_launched(fn, "scale_kernel");
+  }
+  if (st == BK_OK) {
+    st = cublas_status(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_DEVICE), fn,
+                       "cublasSetPointerMode");
+    if (st == BK_OK) {
+      const gemm_shape s = gemm_shape_of(m, n, p, trans_a, trans_b);
+      st = cublas_status(
+          cublasGemmBatchedEx_64(h, s.op_first, s.op_second, p, m, n, &plan->alpha,
+                                 (const void *const *)ptrs, tr::data_type, s.ld_first,
+                                 (const void *const *)(ptrs + batch), tr::data_type,
+                                 s.ld_second, &plan->beta, (void *const *)(ptrs + 2 * batch),
+                                 tr::data_type, s.ldc, batch, tr::compute_type,
+                                 CUBLAS_GEMM_DEFAULT),
+          fn, "cublasGemmBatchedEx_64");
+      /* The handle is shared by the context: always hand it back in the
+       * host pointer mode every other caller expects. */
+      const bk_status st2 = cublas_status(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), fn,
+                                          "cublasSetPointerMode");
+      if (st == BK_OK) st = st2;
+    }
+  }
+  if (st == BK_OK) {
+    const unsigned blocks = bk_cuda_blocks(ctx, (len_c + tr::VEC - 1) / tr::VEC, threads);
+    check_kernel<T><<<blocks, threads, 0, stream>>>(C, len_c, plan);
+    st = bk__cuda_launched(fn, "check_kernel");
+  }
+  int flag = 0;
+  if (st == BK_OK) {
+    /* The one synchronization of the call: the copy into pageable memory
+     * returns once the flag has arrived; the stream wait makes it explicit
+     * and surfaces any error of the queued work. */
+    st = bk__cuda_status(cudaMemcpyAsync(&flag, &plan->flag, sizeof flag, cudaMemcpyDeviceToHost,
+                                         stream),
+                         fn, "cudaMemcpyAsync (range-loss flag)");
+    if (st == BK_OK)
+      st = bk__cuda_status(cudaStreamSynchronize(stream), fn, "cudaStreamSynchronize");
+  }
+  bk__cuda_scratch_free(ctx, scratch);
+  if (st == BK_OK) *range_loss = flag ? 1 : 0;
+  return st;
+}
+
+/* ---- entries ------------------------------------------------------------------------ */
+
+extern "C" bk_status bk__cuda_bmm(bk_context *ctx, bk_dtype dt, const void *A, const void *B,
+                                  void *C, int64_t batch, int64_t m, int64_t n, int64_t p,
+                                  int trans_a, int trans_b) {
+  BK_CUDA_TRY(cudaSetDevice(bk_cu(ctx)->device), "bk_bmm", "cudaSetDevice");
+  if (dt == BK_F32)
+    return bmm_launch<float>(ctx, (const float *)A, (const float *)B, (float *)C, batch, m, n, p,
+                             trans_a, trans_b);
+  return bmm_launch<double>(ctx, (const double *)A, (const double *)B, (double *)C, batch, m, n,
+                            p, trans_a, trans_b);
+}
+
+extern "C" bk_status bk__cuda_bmm_scaled(bk_context *ctx, bk_dtype dt, const void *A,
+                                         const void *B, void *C, int64_t batch, int64_t m,
+                                         int64_t n, int64_t p, int trans_a, int trans_b,
+                                         double scale, int *range_loss) {
+  BK_CUDA_TRY(cudaSetDevice(bk_cu(ctx)->device), "bk_bmm_scaled", "cudaSetDevice");
+  if (dt == BK_F32)
+    return bmm_scaled_launch<float>(ctx, (const float *)A, (const float *)B, (float *)C, batch, m,
+                                    n, p, trans_a, trans_b, scale, range_loss);
+  return bmm_scaled_launch<double>(ctx, (const double *)A, (const double *)B, (double *)C, batch,
+                                   m, n, p, trans_a, trans_b, scale, range_loss);
 }

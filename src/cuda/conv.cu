@@ -1,6 +1,693 @@
-/* PENDING: replaced by the family implementation. */
+/*
+ * conv.cu — grouped convolution on CUDA (bk_conv).
+ *
+ * Three routes, chosen per call from the geometry:
+ *  - depthwise_kernel: 1-D convolutions in which every group holds one
+ *    input channel (groups == C_in, any channel multiplier C_out/C_in), any
+ *    k, stride, dilation and padding whose input window fits a
+ *    shared-memory tile. It is memory-bound: a block stages the input span
+ *    of a tile of one output row in shared memory with 16-byte loads
+ *    (zeros where the padding is), then each thread computes outputs
+ *    threadIdx.x + q*blockDim.x of the tile, so stores are coalesced and the
+ *    shared-memory reads of a warp are consecutive.
+ *  - cuDNN's convolution forward for everything else. The dense kernel
+ *    layout is reduced to its diagonal blocks (C_out, C_in/groups, k...) by
+ *    extract_kernel, groups go to cudnnSetConvolutionGroupCount, 1-D runs
+ *    as 2-D with height 1, and asymmetric padding is split: the symmetric
+ *    part min(before, after) is cuDNN's padding and only the remainder is
+ *    materialized by pad_kernel into a zero-padded copy of the input. The
+ *    batch is split into chunks when a tensor would pass the 32-bit element
+ *    counts of cuDNN's descriptors. f32 runs in CUDNN_FMA_MATH, the math
+ *    type that excludes tensor-core (TF32) kernels, and only algorithms
+ *    that cuDNN reports deterministic are used. The algorithm, its
+ *    workspace size and the descriptors are cached in the context per
+ *    shape. The bias is added by cudnnAddTensor.
+ *  - direct_kernel: one thread per output element, for the geometries
+ *    cuDNN rejects or cannot describe (also f64 shapes without a cuDNN
+ *    algorithm). Correct for every geometry, not fast.
+ */
 #include "cuda_internal.h"
 
-extern "C" bk_status bk__cuda_conv(bk_context *ctx, bk_dtype dt, const void *x, const void *w, const void *bias, void *y, const bk_conv_geom *g) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_conv", "not yet implemented");
+#include <cudnn.h>
+
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ---- geometry passed to kernels ------------------------------------------------ */
+
+/* Depthwise 1-D: rows = N*C_out output rows of `out` elements; output
+ * channel oc reads input channel oc / mult. Tiles of tile_out outputs,
+ * `tiles` per row; each thread computes up to `per` outputs of a tile. */
+typedef struct dw_geom {
+  int64_t rows, c_in, c_out, mult, in, out, k, stride, dil, pad;
+  int64_t tile_out, tiles, x_len;
+  int per, vec_ok;
+} dw_geom;
+
+/* Any convolution, normalized to three spatial axes (leading unused axes
+ * have extent 1, stride 1, dilation 1, no padding). */
+typedef struct direct_geom {
+  int64_t n, c_in, c_out, ig, og;
+  int64_t in[3], k[3], out[3], stride[3], pad[3], dil[3];
+  int64_t in_vol, k_vol, out_vol, total;
+} direct_geom;
+
+/* Zero-padding copy, normalized to three spatial axes: planes = N*C_in
+ * planes of extents in[] become extents q[] with before[] zeros first. */
+typedef struct pad_geom {
+  int64_t lines; /* planes * q[0] * q[1] */
+  int64_t in[3], q[3], before[3];
+} pad_geom;
+
+/* ---- device helpers --------------------------------------------------------------- */
+
+static __device__ __forceinline__ void ld16(const float *p, float *v) {
+  const float4 t = __ldg(reinterpret_cast<const float4 *>(p));
+  v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+}
+static __device__ __forceinline__ void ld16(const double *p, double *v) {
+  const double2 t = __ldg(reinterpret_cast<const double2 *>(p));
+  v[0] = t.x; v[1] = t.y;
+}
+static __device__ __forceinline__ void st16(float *p, const float *v) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void st16(double *p, const double *v) {
+  *reinterpret_cast<double2 *>(p) = make_double2(v[0], v[1]);
+}
+
+/* ---- kernels ------------------------------------------------------------------------- */
+
+/* Depthwise 1-D convolution (see the file comment). KMAX > 0 keeps the k <=
+ * KMAX weights of a row in registers; KMAX == 0 reads them through the
+ * cache for any k. Dynamic shared memory holds the staged input span,
+ * 16-byte aligned so that element j of the buffer is flat input element
+ * gs + j with gs a multiple of the vector width. */
+template <typename T, int KMAX>
+static __global__ void __launch_bounds__(256)
+depthwise_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
+                 T *__restrict__ y, dw_geom g) {
+  constexpr int V = 16 / sizeof(T);
+  extern __shared__ __align__(16) unsigned char dw_smem[];
+  T *buf = reinterpret_cast<T *>(dw_smem);
+  const int64_t total = g.rows * g.tiles;
+  /* The loop bound is uniform across the block, so the barriers below are
+   * reached by every thread. */
+  for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+    const int64_t r = t / g.tiles;
+    const int64_t o0 = (t - r * g.tiles) * g.tile_out;
+    const int64_t rest = g.out - o0;
+    const int nout = (int)(rest < g.tile_out ? rest : g.tile_out);
+    const int64_t nn = r / g.c_out, oc = r - nn * g.c_out;
+    const int64_t ic = oc / g.mult;
+    const int64_t row_base = (nn * g.c_in + ic) * g.in; /* flat index of input row start */
+    const int64_t lo = o0 * g.stride - g.pad;           /* first input position of the tile */
+    const int64_t span = (int64_t)(nout - 1) * g.stride + (g.k - 1) * g.dil + 1;
+    const int64_t g0 = row_base + lo;
+    const int a = (int)(((g0 % V) + V) % V);
+    const int64_t gs = g0 - a;
+    const int nv = (int)((a + span + V - 1) / V);
+
+    for (int j = threadIdx.x; j < nv; j += blockDim.x) {
+      const int64_t f = gs + (int64_t)j * V;
+      T v[V];
+      if (g.vec_ok && f >= 0 && f + V <= g.x_len) {
+        ld16(x + f, v);
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; e++) v[e] = (f + e >= 0 && f + e < g.x_len) ? __ldg(x + f + e) : (T)0;
+      }
+      /* Elements outside this input row are the zero padding (their memory
+       * belongs to a neighbouring row or lies outside the buffer). */
+#pragma unroll
+      for (int e = 0; e < V; e++) {
+        const int64_t pos = f + e - row_base;
+        if (pos < 0 || pos >= g.in) v[e] = 0;
+      }
+      st16(buf + (int64_t)j * V, v);
+    }
+    __syncthreads();
+
+    const T *wrow = w + (oc * g.c_in + ic) * g.k;
+    const T b = bias ? __ldg(bias + oc) : (T)0;
+    const int dil = (int)g.dil, stride = (int)g.stride;
+    T *yrow = y + r * g.out + o0;
+    if (KMAX > 0) {
+      T wr[KMAX > 0 ? KMAX : 1];
+#pragma unroll
+      for (int kk = 0; kk < KMAX; kk++) wr[kk] = kk < g.k ? __ldg(wrow + kk) : (T)0;
+      for (int q = 0; q < g.per; q++) {
+        const int ol = threadIdx.x + q * blockDim.x;
+        if (ol < nout) {
+          const T *src = buf + a + ol * stride;
+          T acc = 0;
+#pragma unroll
+          for (int kk = 0; kk < KMAX; kk++)
+            if (kk < g.k) acc += wr[kk] * src[kk * dil];
+          yrow[ol] = acc + b;
+        }
+      }
+    } else {
+      const int k = (int)g.k;
+      for (int q = 0; q < g.per; q++) {
+        const int ol = threadIdx.x + q * blockDim.x;
+        if (ol < nout) {
+          const T *src = buf + a + ol * stride;
+          T acc = 0;
+          for (int kk = 0; kk < k; kk++) acc += __ldg(wrow + kk) * src[kk * dil];
+          yrow[ol] = acc + b;
+        }
+      }
+    }
+    __syncthreads(); /* the buffer is refilled by the next tile */
+  }
+}
+
+/* Any geometry, one thread per output element, accumulated in double and
+ * rounded once. Reads the dense kernel layout directly. */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+direct_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
+              T *__restrict__ y, direct_geom g) {
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < g.total; idx += step) {
+    const int64_t o = idx % g.out_vol, r = idx / g.out_vol;
+    const int64_t oc = r % g.c_out, nn = r / g.c_out;
+    const int64_t o2 = o % g.out[2], o01 = o / g.out[2];
+    const int64_t o1 = o01 % g.out[1], o0 = o01 / g.out[1];
+    const int64_t grp = oc / g.og;
+    double acc = 0;
+    for (int64_t j = 0; j < g.ig; j++) {
+      const int64_t ic = grp * g.ig + j;
+      const T *xc = x + (nn * g.c_in + ic) * g.in_vol;
+      const T *wc = w + (oc * g.c_in + ic) * g.k_vol;
+      for (int64_t k0 = 0; k0 < g.k[0]; k0++) {
+        const int64_t p0 = o0 * g.stride[0] + k0 * g.dil[0] - g.pad[0];
+        if (p0 < 0 || p0 >= g.in[0]) continue;
+        for (int64_t k1 = 0; k1 < g.k[1]; k1++) {
+          const int64_t p1 = o1 * g.stride[1] + k1 * g.dil[1] - g.pad[1];
+          if (p1 < 0 || p1 >= g.in[1]) continue;
+          const T *xl = xc + (p0 * g.in[1] + p1) * g.in[2];
+          const T *wl = wc + (k0 * g.k[1] + k1) * g.k[2];
+          for (int64_t k2 = 0; k2 < g.k[2]; k2++) {
+            const int64_t p2 = o2 * g.stride[2] + k2 * g.dil[2] - g.pad[2];
+            if (p2 < 0 || p2 >= g.in[2]) continue;
+            acc += (double)__ldg(xl + p2) * (double)__ldg(wl + k2);
+          }
+        }
+      }
+    }
+    if (bias) acc += (double)__ldg(bias + oc);
+    y[idx] = (T)acc;
+  }
+}
+
+/* Zero-padded copy of the input, one warp per line along the last axis. */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+pad_kernel(const T *__restrict__ x, T *__restrict__ xp, pad_geom g) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  for (int64_t l = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; l < g.lines; l += warps) {
+    const int64_t i1 = l % g.q[1], t = l / g.q[1];
+    const int64_t i0 = t % g.q[0], plane = t / g.q[0];
+    const int64_t s0 = i0 - g.before[0], s1 = i1 - g.before[1];
+    const bool line_ok = s0 >= 0 && s0 < g.in[0] && s1 >= 0 && s1 < g.in[1];
+    const T *src = line_ok ? x + ((plane * g.in[0] + s0) * g.in[1] + s1) * g.in[2] : x;
+    T *dst = xp + l * g.q[2];
+    for (int64_t q = lane; q < g.q[2]; q += 32) {
+      const int64_t s2 = q - g.before[2];
+      dst[q] = (line_ok && s2 >= 0 && s2 < g.in[2]) ? __ldg(src + s2) : (T)0;
+    }
+  }
+}
+
+/* The diagonal blocks of the dense kernel: wc (c_out, ig, kv) with
+ * wc[oc, j, :] = w[oc, (oc/og)*ig + j, :]. */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+extract_kernel(const T *__restrict__ w, T *__restrict__ wc, int64_t c_out, int64_t c_in,
+               int64_t ig, int64_t og, int64_t kv) {
+  const int64_t row = ig * kv, total = c_out * row;
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += step) {
+    const int64_t oc = i / row, rem = i - oc * row;
+    wc[i] = __ldg(w + (oc * c_in + (oc / og) * ig) * kv + rem);
+  }
+}
+
+/* ---- the cuDNN plan cache --------------------------------------------------------------- */
+
+/* The shape a plan is made for, in cuDNN's terms (descriptor rank 2 or 3;
+ * extents after the explicit padding). Zero-filled before use so it can be
+ * compared bytewise. */
+typedef struct conv_key {
+  int32_t dtype, rank;
+  int64_t n, c_in, c_out, groups;
+  int64_t in[3], k[3], pad[3], stride[3], dil[3], out[3];
+} conv_key;
+
+typedef struct conv_plan {
+  conv_key key;
+  int valid;  /* the slot holds a plan */
+  int usable; /* cuDNN takes the shape; 0 sends it to direct_kernel */
+  cudnnTensorDescriptor_t xd, yd, bd;
+  cudnnFilterDescriptor_t wd;
+  cudnnConvolutionDescriptor_t cd;
+  cudnnConvolutionFwdAlgo_t algo;
+  size_t ws;
+} conv_plan;
+
+enum { CONV_CACHE_SLOTS = 16 };
+
+typedef struct conv_cache {
+  conv_plan slot[CONV_CACHE_SLOTS];
+  int next; /* round-robin victim */
+} conv_cache;
+
+/* A workspace larger than this disqualifies an algorithm: the next one in
+ * cuDNN's order is taken instead of risking an out-of-memory failure. */
+static const size_t conv_workspace_cap = (size_t)1 << 30;
+
+static void plan_clear(conv_plan *p) {
+  if (p->xd) (void)cudnnDestroyTensorDescriptor(p->xd);
+  if (p->yd) (void)cudnnDestroyTensorDescriptor(p->yd);
+  if (p->bd) (void)cudnnDestroyTensorDescriptor(p->bd);
+  if (p->wd) (void)cudnnDestroyFilterDescriptor(p->wd);
+  if (p->cd) (void)cudnnDestroyConvolutionDescriptor(p->cd);
+  memset(p, 0, sizeof *p);
+}
+
+static void conv_cache_free(void *ptr) {
+  conv_cache *c = (conv_cache *)ptr;
+  for (int i = 0; i < CONV_CACHE_SLOTS; i++) plan_clear(&c->slot[i]);
+  bk__host_free(c);
+}
+
+/* cuDNN's answer for a shape it does not take (bad or unsupported
+ * parameters), as opposed to a failure of the library or the device. */
+static bool cudnn_rejects(cudnnStatus_t s) {
+  return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_BAD_PARAM ||
+         CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+static bk_status cudnn_fail(cudnnStatus_t s, const char *what) {
+  const bool oom = s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+                   s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+  return bk__fail(oom ? BK_ERR_OUT_OF_MEMORY : BK_ERR_DEVICE, "bk_conv", "%s failed: %s (%d)",
+                  what, cudnnGetErrorString(s), (int)s);
+}
+
+/* Fills p for key k: descriptors, the first deterministic non-tensor-op
+ * algorithm in cuDNN's heuristic order whose workspace is accepted, and its
+ * workspace size. A shape cuDNN rejects gives BK_OK with usable = 0; a
+ * library failure gives its status (p is then cleared). */
+static bk_status plan_build(cudnnHandle_t h, const conv_key *k, conv_plan *p) {
+  memset(p, 0, sizeof *p);
+  p->key = *k;
+  const cudnnDataType_t dtype = k->dtype == BK_F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+  const int nd = k->rank + 2;
+  int xdim[5], xstr[5], ydim[5], ystr[5], wdim[5], bdim[5], bstr[5];
+  int pad[3], stride[3], dil[3];
+  xdim[0] = (int)k->n; xdim[1] = (int)k->c_in;
+  ydim[0] = (int)k->n; ydim[1] = (int)k->c_out;
+  wdim[0] = (int)k->c_out; wdim[1] = (int)(k->c_in / k->groups);
+  bdim[0] = 1; bdim[1] = (int)k->c_out;
+  for (int a = 0; a < k->rank; a++) {
+    xdim[2 + a] = (int)k->in[a];
+    ydim[2 + a] = (int)k->out[a];
+    wdim[2 + a] = (int)k->k[a];
+    bdim[2 + a] = 1;
+    pad[a] = (int)k->pad[a];
+    stride[a] = (int)k->stride[a];
+    dil[a] = (int)k->dil[a];
+  }
+  xstr[nd - 1] = ystr[nd - 1] = bstr[nd - 1] = 1;
+  for (int a = nd - 2; a >= 0; a--) {
+    xstr[a] = xstr[a + 1] * xdim[a + 1];
+    ystr[a] = ystr[a + 1] * ydim[a + 1];
+    bstr[a] = bstr[a + 1] * bdim[a + 1];
+  }
+
+  cudnnStatus_t s = cudnnCreateTensorDescriptor(&p->xd);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p->yd);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p->bd);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&p->wd);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&p->cd);
+  if (s != CUDNN_STATUS_SUCCESS) {
+    plan_clear(p);
+    return cudnn_fail(s, "creating cuDNN descriptors");
+  }
+  p->key = *k;
+  p->valid = 1;
+  s = cudnnSetTensorNdDescriptor(p->xd, dtype, nd, xdim, xstr);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensorNdDescriptor(p->yd, dtype, nd, ydim, ystr);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensorNdDescriptor(p->bd, dtype, nd, bdim, bstr);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnSetFilterNdDescriptor(p->wd, dtype, CUDNN_TENSOR_NCHW, nd, wdim);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnSetConvolutionNdDescriptor(p->cd, k->rank, pad, stride, dil, CUDNN_CROSS_CORRELATION,
+                                        dtype);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p->cd, (int)k->groups);
+  /* FMA math: plain FP32 kernels only, no TF32 tensor cores. Double has no
+   * reduced mode to exclude. */
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnSetConvolutionMathType(p->cd, k->dtype == BK_F32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH);
+  if (s == CUDNN_STATUS_SUCCESS) {
+    /* cuDNN must agree with the contract's output extents. */
+    int got[5];
+    s = cudnnGetConvolutionNdForwardOutputDim(p->cd, p->xd, p->wd, nd, got);
+    if (s == CUDNN_STATUS_SUCCESS)
+      for (int a = 0; a < nd; a++)
+        if (got[a] != ydim[a]) return BK_OK; /* usable stays 0 */
+  }
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int count = 0;
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
+                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf);
+  if (s != CUDNN_STATUS_SUCCESS) {
+    if (cudnn_rejects(s)) return BK_OK;
+    plan_clear(p);
+    return cudnn_fail(s, "cuDNN convolution setup");
+  }
+  for (int i = 0; i < count; i++) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC)
+      continue;
+    if (k->dtype == BK_F32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                               perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
+    size_t ws = 0;
+    s = cudnnGetConvolutionForwardWorkspaceSize(h, p->xd, p->wd, p->cd, p->yd, perf[i].algo, &ws);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      if (cudnn_rejects(s)) continue;
+      plan_clear(p);
+      return cudnn_fail(s, "cudnnGetConvolutionForwardWorkspaceSize");
+    }
+    if (ws > conv_workspace_cap) continue;
+    p->algo = perf[i].algo;
+    p->ws = ws;
+    p->usable = 1;
+    return BK_OK;
+  }
+  return BK_OK;
+}
+
+/* The context's plan for key k, built on a miss. `keep` is a plan the
+ * caller still holds and that must not be evicted. */
+static bk_status plan_get(bk_context *ctx, cudnnHandle_t h, const conv_key *k,
+                          const conv_plan *keep, conv_plan **out) {
+  bk_cuda_ctx *c = bk_cu(ctx);
+  conv_cache *cache = (conv_cache *)c->cache[BK_CUDA_CACHE_CONV];
+  if (!cache) {
+    cache = (conv_cache *)bk__host_calloc(1, sizeof *cache);
+    if (!cache) return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_conv", "cannot allocate the cuDNN plan cache");
+    c->cache[BK_CUDA_CACHE_CONV] = cache;
+    c->cache_free[BK_CUDA_CACHE_CONV] = conv_cache_free;
+  }
+  for (int i = 0; i < CONV_CACHE_SLOTS; i++)
+    if (cache->slot[i].valid && memcmp(&cache->slot[i].key, k, sizeof *k) == 0) {
+      *out = &cache->slot[i];
+      return BK_OK;
+    }
+  int victim = cache->next;
+  if (&cache->slot[victim] == keep) victim = (victim + 1) % CONV_CACHE_SLOTS;
+  cache->next = (victim + 1) % CONV_CACHE_SLOTS;
+  conv_plan *p = &cache->slot[victim];
+  plan_clear(p);
+  bk_status st = plan_build(h, k, p);
+  if (st != BK_OK) return st;
+  *out = p;
+  return BK_OK;
+}
+
+/* ---- launchers ------------------------------------------------------------------------------ */
+
+/* Chooses the depthwise tile: up to 256 threads of `per` outputs each,
+ * halved until the staged span fits 48 KiB of shared memory. False when
+ * even one output's window does not fit (very long dilated kernels). */
+static bool dw_plan(const bk_conv_geom *g, size_t elem, dw_geom *d, int *threads, size_t *smem) {
+  const int64_t V = 16 / (int64_t)elem;
+  const int64_t cap = (int64_t)(48 * 1024 / elem);
+  const int64_t k = g->k[0], stride = g->stride[0], dil = g->dilation[0];
+  if (stride > cap || dil > cap || k - 1 > cap || (k - 1) * dil > cap) return false;
+  const int64_t per_max = elem == 4 ? 8 : 4;
+  int64_t tile = g->out[0] < 256 * per_max ? g->out[0] : 256 * per_max;
+  for (;;) {
+    int64_t th = (tile + per_max - 1) / per_max;
+    th = (th + 31) / 32 * 32;
+    if (th > 256) th = 256;
+    const int64_t per = (tile + th - 1) / th;
+    const int64_t span = (tile - 1) * stride + (k - 1) * dil + 1;
+    const int64_t need = (V - 1 + span + V - 1) / V * V;
+    if (need <= cap) {
+      d->rows = g->n * g->c_out;
+      d->c_in = g->c_in;
+      d->c_out = g->c_out;
+      d->mult = g->c_out / g->c_in;
+      d->in = g->in[0];
+      d->out = g->out[0];
+      d->k = k;
+      d->stride = stride;
+      d->dil = dil;
+      d->pad = g->pad_before[0];
+      d->tile_out = tile;
+      d->tiles = (g->out[0] + tile - 1) / tile;
+      d->x_len = g->n * g->c_in * g->in[0];
+      d->per = (int)per;
+      *threads = (int)th;
+      *smem = (size_t)need * elem;
+      return true;
+    }
+    if (tile == 1) return false;
+    tile = (tile + 1) / 2;
+  }
+}
+
+template <typename T>
+static bk_status depthwise_launch(bk_context *ctx, const T *x, const T *w, const T *bias, T *y,
+                                  dw_geom d, int threads, size_t smem) {
+  d.vec_ok = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const int64_t tiles = d.rows * d.tiles;
+  const unsigned blocks = (unsigned)(tiles < INT_MAX ? tiles : INT_MAX);
+  if (d.k <= 8) {
+    depthwise_kernel<T, 8><<<blocks, threads, smem, bk_stream(ctx)>>>(x, w, bias, y, d);
+  } else {
+    depthwise_kernel<T, 0><<<blocks, threads, smem, bk_stream(ctx)>>>(x, w, bias, y, d);
+  }
+  return bk__cuda_launched("bk_conv", "depthwise_kernel");
+}
+
+template <typename T>
+static bk_status direct_launch(bk_context *ctx, const T *x, const T *w, const T *bias, T *y,
+                               const bk_conv_geom *g) {
+  direct_geom d;
+  memset(&d, 0, sizeof d);
+  d.n = g->n;
+  d.c_in = g->c_in;
+  d.c_out = g->c_out;
+  d.ig = g->c_in / g->groups;
+  d.og = g->c_out / g->groups;
+  const int off = 3 - g->spatial_rank;
+  for (int a = 0; a < 3; a++) {
+    const int s = a - off; /* the geometry's axis, or < 0 for a unit axis */
+    d.in[a] = s < 0 ? 1 : g->in[s];
+    d.k[a] = s < 0 ? 1 : g->k[s];
+    d.out[a] = s < 0 ? 1 : g->out[s];
+    d.stride[a] = s < 0 ? 1 : g->stride[s];
+    d.pad[a] = s < 0 ? 0 : g->pad_before[s];
+    d.dil[a] = s < 0 ? 1 : g->dilation[s];
+  }
+  d.in_vol = g->in_volume;
+  d.k_vol = g->k_volume;
+  d.out_vol = g->out_volume;
+  d.total = g->n * g->c_out * g->out_volume;
+  const unsigned blocks = bk_cuda_blocks(ctx, d.total, 256);
+  direct_kernel<T><<<blocks, 256, 0, bk_stream(ctx)>>>(x, w, bias, y, d);
+  return bk__cuda_launched("bk_conv", "direct_kernel");
+}
+
+/* The cuDNN view of a call: keys for full chunks of nb samples and for the
+ * remainder, the explicit padding, and the per-sample element counts. */
+typedef struct cudnn_view {
+  conv_key full, tail;  /* tail.n == 0 when nb divides N */
+  int64_t nb;           /* samples per chunk */
+  int explicit_pad;     /* 1: the input goes through pad_kernel first */
+  pad_geom pad;
+  int64_t x_sample, y_sample; /* elements of one sample of the cuDNN input/output */
+} cudnn_view;
+
+static bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+/* False when some count does not fit cuDNN's 32-bit descriptors even for a
+ * single sample. */
+static bool cudnn_view_of(const bk_conv_geom *g, bk_dtype dt, cudnn_view *v) {
+  memset(v, 0, sizeof *v);
+  conv_key *k = &v->full;
+  k->dtype = (int32_t)dt;
+  k->rank = g->spatial_rank == 3 ? 3 : 2;
+  k->c_in = g->c_in;
+  k->c_out = g->c_out;
+  k->groups = g->groups;
+  const int off = k->rank - g->spatial_rank;
+  int64_t x_vol = 1, w_elems = g->c_out * (g->c_in / g->groups);
+  for (int a = 0; a < 3; a++) {
+    v->pad.in[a] = v->pad.q[a] = 1;
+    v->pad.before[a] = 0;
+  }
+  for (int a = 0; a < k->rank; a++) {
+    const int s = a - off;
+    if (s < 0) {
+      k->in[a] = k->k[a] = k->stride[a] = k->dil[a] = k->out[a] = 1;
+      k->pad[a] = 0;
+      continue;
+    }
+    const int64_t sym = g->pad_before[s] < g->pad_after[s] ? g->pad_before[s] : g->pad_after[s];
+    const int64_t extra_before = g->pad_before[s] - sym, extra_after = g->pad_after[s] - sym;
+    if (!fits_int(g->in[s]) || extra_before > INT_MAX || extra_after > INT_MAX) return false;
+    k->in[a] = g->in[s] + extra_before + extra_after;
+    k->k[a] = g->k[s];
+    k->pad[a] = sym;
+    k->stride[a] = g->stride[s];
+    k->dil[a] = g->dilation[s];
+    k->out[a] = g->out[s];
+    if (!fits_int(k->in[a]) || !fits_int(k->k[a]) || !fits_int(k->pad[a]) ||
+        !fits_int(k->stride[a]) || !fits_int(k->dil[a]) || !fits_int(k->out[a]))
+      return false;
+    if (extra_before || extra_after) v->explicit_pad = 1;
+    /* pad_geom keeps the three trailing axes of the spatial shape. */
+    const int pa = 3 - g->spatial_rank + s;
+    v->pad.in[pa] = g->in[s];
+    v->pad.q[pa] = k->in[a];
+    v->pad.before[pa] = extra_before;
+    x_vol *= k->in[a];
+    if (x_vol > INT_MAX) return false;
+    w_elems *= k->k[a];
+    if (w_elems > INT_MAX) return false;
+  }
+  if (!fits_int(g->c_in) || !fits_int(g->c_out) || !fits_int(g->groups)) return false;
+  const int64_t xs = g->c_in * x_vol, ys = g->c_out * g->out_volume;
+  if (xs > INT_MAX || ys > INT_MAX) return false;
+  /* The padded copy of the whole input must have a byte size. */
+  if (v->explicit_pad && g->n > (INT64_MAX / 8) / (xs > 0 ? xs : 1)) return false;
+  const int64_t big = xs > ys ? xs : ys;
+  int64_t nb = INT_MAX / (big > 0 ? big : 1);
+  if (nb > g->n) nb = g->n;
+  if (nb > INT_MAX) nb = INT_MAX;
+  v->nb = nb;
+  k->n = nb;
+  v->tail = *k;
+  v->tail.n = g->n % nb;
+  v->x_sample = xs;
+  v->y_sample = ys;
+  v->pad.lines = g->n * g->c_in * v->pad.q[0] * v->pad.q[1];
+  return true;
+}
+
+static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
+
+/* cuDNN route. *done = 0 (and nothing queued) when cuDNN does not take the
+ * shape, so the caller can fall back to direct_kernel. */
+template <typename T>
+static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T *w,
+                              const T *bias, T *y, const bk_conv_geom *g, const cudnn_view *v,
+                              int *done) {
+  static const char fn[] = "bk_conv";
+  *done = 0;
+  void *hv = NULL;
+  bk_status st = bk__cuda_cudnn(ctx, &hv);
+  if (st != BK_OK) return st;
+  cudnnHandle_t h = (cudnnHandle_t)hv;
+  conv_plan *pf = NULL, *pt = NULL;
+  st = plan_get(ctx, h, &v->full, NULL, &pf);
+  if (st != BK_OK) return st;
+  if (!pf->usable) return BK_OK;
+  if (v->tail.n > 0) {
+    st = plan_get(ctx, h, &v->tail, pf, &pt);
+    if (st != BK_OK) return st;
+    if (!pt->usable) return BK_OK;
+  }
+
+  const int64_t ig = g->c_in / g->groups, og = g->c_out / g->groups;
+  const bool extract = g->groups > 1;
+  const size_t xp_bytes = v->explicit_pad ? (size_t)(g->n * v->x_sample) * sizeof(T) : 0;
+  const size_t wc_bytes = extract ? (size_t)(g->c_out * ig * g->k_volume) * sizeof(T) : 0;
+  const size_t ws_bytes = pt && pt->ws > pf->ws ? pt->ws : pf->ws;
+  const size_t off_wc = align256(xp_bytes), off_ws = off_wc + align256(wc_bytes);
+  const size_t total = off_ws + ws_bytes;
+  void *scratch = NULL;
+  if (total > 0) {
+    st = bk__cuda_scratch(ctx, total, &scratch);
+    if (st != BK_OK) return st;
+  }
+  char *base = (char *)scratch;
+  cudaStream_t stream = bk_stream(ctx);
+  const T *xin = x, *win = w;
+  if (v->explicit_pad) {
+    T *xp = (T *)base;
+    pad_kernel<T><<<bk_cuda_blocks(ctx, v->pad.lines * 32, 256), 256, 0, stream>>>(x, xp, v->pad);
+    st = bk__cuda_launched(fn, "pad_kernel");
+    xin = xp;
+  }
+  if (st == BK_OK && extract) {
+    T *wc = (T *)(base + off_wc);
+    const int64_t n_w = g->c_out * ig * g->k_volume;
+    extract_kernel<T><<<bk_cuda_blocks(ctx, n_w, 256), 256, 0, stream>>>(w, wc, g->c_out, g->c_in,
+                                                                        ig, og, g->k_volume);
+    st = bk__cuda_launched(fn, "extract_kernel");
+    win = wc;
+  }
+  void *ws = ws_bytes ? (void *)(base + off_ws) : NULL;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const double one_d = 1.0, zero_d = 0.0;
+  const void *one = dt == BK_F32 ? (const void *)&one_f : (const void *)&one_d;
+  const void *zero = dt == BK_F32 ? (const void *)&zero_f : (const void *)&zero_d;
+  for (int64_t n0 = 0; st == BK_OK && n0 < g->n; n0 += v->nb) {
+    const conv_plan *p = g->n - n0 >= v->nb ? pf : pt;
+    const T *xc = xin + n0 * v->x_sample;
+    T *yc = y + n0 * v->y_sample;
+    cudnnStatus_t s = cudnnConvolutionForward(h, one, p->xd, xc, p->wd, win, p->cd, p->algo, ws,
+                                              p->ws, zero, p->yd, yc);
+    if (s != CUDNN_STATUS_SUCCESS) {
+      st = cudnn_fail(s, "cudnnConvolutionForward");
+    } else if (bias) {
+      s = cudnnAddTensor(h, one, p->bd, bias, one, p->yd, yc);
+      if (s != CUDNN_STATUS_SUCCESS) st = cudnn_fail(s, "cudnnAddTensor");
+    }
+  }
+  bk__cuda_scratch_free(ctx, scratch);
+  if (st == BK_OK) *done = 1;
+  return st;
+}
+
+template <typename T>
+static bk_status conv_launch(bk_context *ctx, bk_dtype dt, const T *x, const T *w, const T *bias,
+                             T *y, const bk_conv_geom *g) {
+  if (g->spatial_rank == 1 && g->groups == g->c_in) {
+    dw_geom d;
+    int threads = 0;
+    size_t smem = 0;
+    if (dw_plan(g, sizeof(T), &d, &threads, &smem))
+      return depthwise_launch<T>(ctx, x, w, bias, y, d, threads, smem);
+  }
+  cudnn_view v;
+  if (cudnn_view_of(g, dt, &v)) {
+    int done = 0;
+    const bk_status st = cudnn_launch<T>(ctx, dt, x, w, bias, y, g, &v, &done);
+    if (st != BK_OK || done) return st;
+  }
+  return direct_launch<T>(ctx, x, w, bias, y, g);
+}
+
+/* ---- entry ----------------------------------------------------------------------------------- */
+
+extern "C" bk_status bk__cuda_conv(bk_context *ctx, bk_dtype dt, const void *x, const void *w,
+                                   const void *bias, void *y, const bk_conv_geom *g) {
+  BK_CUDA_TRY(cudaSetDevice(bk_cu(ctx)->device), "bk_conv", "cudaSetDevice");
+  if (dt == BK_F32)
+    return conv_launch<float>(ctx, dt, (const float *)x, (const float *)w, (const float *)bias,
+                              (float *)y, g);
+  return conv_launch<double>(ctx, dt, (const double *)x, (const double *)w, (const double *)bias,
+                             (double *)y, g);
 }

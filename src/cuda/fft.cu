@@ -1,9 +1,346 @@
-/* PENDING: replaced by the family implementation. */
+/*
+ * fft.cu — real FFTs over the packed half spectrum on CUDA (SPEC 3.9).
+ *
+ * The transforms are cuFFT's 1-D batched R2C/C2R (float32) and D2Z/Z2D
+ * (float64). The packed layout (batch, n/2+1, 2) is exactly cuFFT's
+ * interleaved cufftComplex / cufftDoubleComplex half spectrum, so the
+ * forward transform writes the result buffer directly.
+ *
+ * Plans are cached in the context (slot BK_CUDA_CACHE_FFT) by (n, batch,
+ * dtype, direction), at most FFT_CACHE_CAP of them, least recently used
+ * evicted first. Plans never allocate their own work area: each call takes
+ * it from the stream-ordered scratch pool, so a cached plan holds no large
+ * device memory and the work area is valid on whichever stream the context
+ * uses at the time of the call.
+ *
+ * The inverse never touches its input: cuFFT's C2R overwrites its input, so
+ * the spectrum is first copied into scratch by one kernel that also zeroes
+ * the ignored imaginary parts (bin 0 and, for even n, bin n/2) and, for the
+ * normalized inverse, multiplies by 1/n. Folding 1/n into that copy applies
+ * the factor inside the transform, with no extra pass over the result. The
+ * factor is applied in float64 and rounded once to the data type; scaling
+ * the spectrum rather than the result only differs where the spectrum is
+ * within a factor n of the smallest normal number, far below the FFT's own
+ * rounding error relative to the result's magnitude.
+ *
+ * n == 1 is the identity (X[0] = x[0]) and is done by a small kernel, so
+ * cuFFT never sees a length-1 transform.
+ */
 #include "cuda_internal.h"
 
-extern "C" bk_status bk__cuda_rfft(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t batch, int64_t n) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_rfft", "not yet implemented");
+#include <cufft.h>
+
+#include <stdint.h>
+#include <string.h>
+
+#define FFT_THREADS 256
+#define FFT_CACHE_CAP 16
+
+/* ---- kernels ------------------------------------------------------------- */
+
+/* A complex bin of the real type R, as a 2*sizeof(R)-byte vector. */
+template <typename R> struct fft_complex;
+template <> struct fft_complex<float> { typedef float2 type; };
+template <> struct fft_complex<double> { typedef double2 type; };
+
+/* spec, work (count bins = batch * m, m = n/2+1, each [re, im]): work is
+ * spec with the imaginary part of bin 0 (and of bin m-1 when n is even) set
+ * to zero and every value multiplied by `scale` in float64. `vec` says that
+ * spec is aligned to a whole bin, so a bin can be read as one vector. The
+ * bin index k = i % m is formed once per thread and then advanced by the
+ * grid stride without further divisions. */
+template <typename R>
+__global__ void spec_prepare(const R *__restrict__ spec, R *__restrict__ work, int64_t count,
+                             int64_t m, int even, double scale, int vec) {
+  typedef typename fft_complex<R>::type C;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const int64_t kstep = stride % m;
+  int64_t k = i % m;
+  for (; i < count; i += stride) {
+    R re, im;
+    if (vec) {
+      C v = __ldcs((const C *)spec + i);
+      re = v.x;
+      im = v.y;
+    } else {
+      re = __ldcs(spec + 2 * i);
+      im = __ldcs(spec + 2 * i + 1);
+    }
+    const bool real_bin = k == 0 || (even && k == m - 1);
+    C o;
+    o.x = (R)((double)re * scale);
+    o.y = real_bin ? (R)0 : (R)((double)im * scale);
+    ((C *)work)[i] = o; /* work is scratch from the pool: always aligned */
+    k += kstep;
+    if (k >= m) k -= m;
+  }
 }
-extern "C" bk_status bk__cuda_irfft(bk_context *ctx, bk_dtype dt, const void *spec, void *y, int64_t batch, int64_t n, int normalize) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_irfft", "not yet implemented");
+
+/* n == 1: x (batch) -> y (batch, 1, 2) = [x, 0]. */
+template <typename R>
+__global__ void rfft_len1(const R *__restrict__ x, R *__restrict__ y, int64_t batch) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < batch; b += stride) {
+    y[2 * b] = x[b];
+    y[2 * b + 1] = (R)0;
+  }
+}
+
+/* n == 1: spec (batch, 1, 2) -> y (batch) = re (the 1/n factor is 1 and the
+ * imaginary part of bin 0 is ignored). */
+template <typename R>
+__global__ void irfft_len1(const R *__restrict__ spec, R *__restrict__ y, int64_t batch) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < batch; b += stride)
+    y[b] = spec[2 * b];
+}
+
+/* ---- plan cache ------------------------------------------------------------ */
+
+typedef struct fft_plan_entry {
+  int live;
+  int dtype;   /* bk_dtype */
+  int inverse; /* 0: R2C/D2Z, 1: C2R/Z2D */
+  int64_t n, batch;
+  cufftHandle plan;
+  size_t work_bytes;
+  uint64_t last_use;
+} fft_plan_entry;
+
+typedef struct fft_cache {
+  fft_plan_entry entry[FFT_CACHE_CAP];
+  uint64_t clock;
+} fft_cache;
+
+/* Destroys every cached plan; the context calls it once, after its stream
+ * has drained. */
+static void fft_cache_free(void *p) {
+  fft_cache *cache = (fft_cache *)p;
+  for (int i = 0; i < FFT_CACHE_CAP; i++)
+    if (cache->entry[i].live) (void)cufftDestroy(cache->entry[i].plan);
+  bk__host_free(cache);
+}
+
+static const char *cufft_name(cufftResult r) {
+  switch (r) {
+    case CUFFT_INVALID_PLAN: return "CUFFT_INVALID_PLAN";
+    case CUFFT_ALLOC_FAILED: return "CUFFT_ALLOC_FAILED";
+    case CUFFT_INVALID_TYPE: return "CUFFT_INVALID_TYPE";
+    case CUFFT_INVALID_VALUE: return "CUFFT_INVALID_VALUE";
+    case CUFFT_INTERNAL_ERROR: return "CUFFT_INTERNAL_ERROR";
+    case CUFFT_EXEC_FAILED: return "CUFFT_EXEC_FAILED";
+    case CUFFT_SETUP_FAILED: return "CUFFT_SETUP_FAILED";
+    case CUFFT_INVALID_SIZE: return "CUFFT_INVALID_SIZE";
+    case CUFFT_UNALIGNED_DATA: return "CUFFT_UNALIGNED_DATA";
+    case CUFFT_INVALID_DEVICE: return "CUFFT_INVALID_DEVICE";
+    case CUFFT_NO_WORKSPACE: return "CUFFT_NO_WORKSPACE";
+    case CUFFT_NOT_IMPLEMENTED: return "CUFFT_NOT_IMPLEMENTED";
+    case CUFFT_NOT_SUPPORTED: return "CUFFT_NOT_SUPPORTED";
+    default: return "cuFFT error";
+  }
+}
+
+/* Maps a cuFFT result to a status with a message naming the call, n and
+ * batch. */
+static bk_status cufft_status(cufftResult r, const char *fn, const char *what, int64_t n,
+                              int64_t batch) {
+  if (r == CUFFT_SUCCESS) return BK_OK;
+  /* cuFFT reports through its own codes; leave no CUDA error behind. */
+  (void)cudaGetLastError();
+  bk_status st = BK_ERR_DEVICE;
+  if (r == CUFFT_ALLOC_FAILED) st = BK_ERR_OUT_OF_MEMORY;
+  else if (r == CUFFT_INVALID_SIZE || r == CUFFT_NOT_SUPPORTED || r == CUFFT_NOT_IMPLEMENTED)
+    st = BK_ERR_UNSUPPORTED;
+  return bk__fail(st, fn, "%s failed for n = %lld, batch = %lld: %s (%d)", what, (long long)n,
+                  (long long)batch, cufft_name(r), (int)r);
+}
+
+/* The cached plan for (dt, inverse, n, batch), created on a miss. The
+ * layout is the packed one: real rows of n values, complex rows of n/2+1
+ * bins, both contiguous. */
+static bk_status fft_plan(bk_context *ctx, const char *fn, bk_dtype dt, int inverse, int64_t n,
+                          int64_t batch, fft_plan_entry **out) {
+  bk_cuda_ctx *c = bk_cu(ctx);
+  fft_cache *cache = (fft_cache *)c->cache[BK_CUDA_CACHE_FFT];
+  if (!cache) {
+    cache = (fft_cache *)bk__host_calloc(1, sizeof *cache);
+    if (!cache) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the cuFFT plan cache");
+    c->cache[BK_CUDA_CACHE_FFT] = cache;
+    c->cache_free[BK_CUDA_CACHE_FFT] = fft_cache_free;
+  }
+  fft_plan_entry *victim = NULL;
+  for (int i = 0; i < FFT_CACHE_CAP; i++) {
+    fft_plan_entry *e = &cache->entry[i];
+    if (e->live && e->dtype == (int)dt && e->inverse == inverse && e->n == n &&
+        e->batch == batch) {
+      e->last_use = ++cache->clock;
+      *out = e;
+      return BK_OK;
+    }
+    if (!victim || (victim->live && (!e->live || e->last_use < victim->last_use))) victim = e;
+  }
+  if (victim->live) {
+    (void)cufftDestroy(victim->plan);
+    victim->live = 0;
+  }
+
+  cufftHandle plan;
+  bk_status st = cufft_status(cufftCreate(&plan), fn, "cufftCreate", n, batch);
+  if (st != BK_OK) return st;
+  /* The work area comes from the context's scratch pool at each call. */
+  st = cufft_status(cufftSetAutoAllocation(plan, 0), fn, "cufftSetAutoAllocation", n, batch);
+  if (st == BK_OK) {
+    long long dims[1] = {(long long)n};
+    long long real_embed[1] = {(long long)n};
+    long long cplx_embed[1] = {(long long)(n / 2 + 1)};
+    cufftType type = dt == BK_F32 ? (inverse ? CUFFT_C2R : CUFFT_R2C)
+                                  : (inverse ? CUFFT_Z2D : CUFFT_D2Z);
+    long long *in_embed = inverse ? cplx_embed : real_embed;
+    long long *out_embed = inverse ? real_embed : cplx_embed;
+    size_t work = 0;
+    st = cufft_status(cufftMakePlanMany64(plan, 1, dims, in_embed, 1, in_embed[0], out_embed, 1,
+                                          out_embed[0], type, (long long)batch, &work),
+                      fn, "cufftMakePlanMany64", n, batch);
+    if (st == BK_OK) {
+      victim->live = 1;
+      victim->dtype = (int)dt;
+      victim->inverse = inverse;
+      victim->n = n;
+      victim->batch = batch;
+      victim->plan = plan;
+      victim->work_bytes = work;
+      victim->last_use = ++cache->clock;
+      *out = victim;
+      return BK_OK;
+    }
+  }
+  (void)cufftDestroy(plan);
+  return st;
+}
+
+/* ---- launchers ------------------------------------------------------------- */
+
+static size_t round_up_256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+/* Runs the plan's transform from `in` to `out` on the context's stream with
+ * `work` as its work area (NULL when the plan needs none). */
+static bk_status fft_exec(bk_context *ctx, const char *fn, bk_dtype dt, fft_plan_entry *e,
+                          void *in, void *out, void *work) {
+  cufftHandle plan = e->plan;
+  bk_status st = cufft_status(cufftSetStream(plan, bk_stream(ctx)), fn, "cufftSetStream", e->n,
+                              e->batch);
+  if (st != BK_OK) return st;
+  if (e->work_bytes) {
+    st = cufft_status(cufftSetWorkArea(plan, work), fn, "cufftSetWorkArea", e->n, e->batch);
+    if (st != BK_OK) return st;
+  }
+  cufftResult r;
+  const char *what;
+  if (dt == BK_F32) {
+    if (e->inverse) {
+      r = cufftExecC2R(plan, (cufftComplex *)in, (cufftReal *)out);
+      what = "cufftExecC2R";
+    } else {
+      r = cufftExecR2C(plan, (cufftReal *)in, (cufftComplex *)out);
+      what = "cufftExecR2C";
+    }
+  } else {
+    if (e->inverse) {
+      r = cufftExecZ2D(plan, (cufftDoubleComplex *)in, (cufftDoubleReal *)out);
+      what = "cufftExecZ2D";
+    } else {
+      r = cufftExecD2Z(plan, (cufftDoubleReal *)in, (cufftDoubleComplex *)out);
+      what = "cufftExecD2Z";
+    }
+  }
+  return cufft_status(r, fn, what, e->n, e->batch);
+}
+
+template <typename R>
+static bk_status launch_len1(bk_context *ctx, const char *fn, int inverse, const void *in,
+                             void *out, int64_t batch) {
+  unsigned blocks = bk_cuda_blocks(ctx, batch, FFT_THREADS);
+  if (inverse) {
+    irfft_len1<R><<<blocks, FFT_THREADS, 0, bk_stream(ctx)>>>((const R *)in, (R *)out, batch);
+    return bk__cuda_launched(fn, "irfft_len1");
+  }
+  rfft_len1<R><<<blocks, FFT_THREADS, 0, bk_stream(ctx)>>>((const R *)in, (R *)out, batch);
+  return bk__cuda_launched(fn, "rfft_len1");
+}
+
+template <typename R>
+static bk_status launch_spec_prepare(bk_context *ctx, const char *fn, const void *spec,
+                                     void *work, int64_t batch, int64_t n, double scale) {
+  const int64_t m = n / 2 + 1;
+  const int64_t count = batch * m;
+  const int vec = ((uintptr_t)spec % (2 * sizeof(R))) == 0;
+  unsigned blocks = bk_cuda_blocks(ctx, count, FFT_THREADS);
+  spec_prepare<R><<<blocks, FFT_THREADS, 0, bk_stream(ctx)>>>(
+      (const R *)spec, (R *)work, count, m, (int)(n % 2 == 0), scale, vec);
+  return bk__cuda_launched(fn, "spec_prepare");
+}
+
+/* ---- entries ----------------------------------------------------------------- */
+
+extern "C" bk_status bk__cuda_rfft(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                   int64_t batch, int64_t n) {
+  static const char fn[] = "bk_rfft";
+  const size_t es = bk__dtype_size(dt);
+  if (n == 1)
+    return dt == BK_F32 ? launch_len1<float>(ctx, fn, 0, x, y, batch)
+                        : launch_len1<double>(ctx, fn, 0, x, y, batch);
+
+  fft_plan_entry *e = NULL;
+  bk_status st = fft_plan(ctx, fn, dt, 0, n, batch, &e);
+  if (st != BK_OK) return st;
+
+  /* cuFFT's R2C leaves its input intact. An input that is not aligned to a
+   * whole complex bin (a buffer imported at an odd element offset) is
+   * copied into aligned scratch first, since cuFFT may read real rows as
+   * pairs. */
+  const bool copy_in = ((uintptr_t)x % (2 * es)) != 0;
+  const size_t in_bytes = copy_in ? round_up_256((size_t)batch * (size_t)n * es) : 0;
+  const size_t total = in_bytes + e->work_bytes;
+  void *scratch = NULL;
+  if (total) {
+    st = bk__cuda_scratch(ctx, total, &scratch);
+    if (st != BK_OK) return st;
+  }
+  void *in = (void *)x;
+  if (copy_in) {
+    in = scratch;
+    st = bk__cuda_status(cudaMemcpyAsync(in, x, (size_t)batch * (size_t)n * es,
+                                         cudaMemcpyDeviceToDevice, bk_stream(ctx)),
+                         fn, "cudaMemcpyAsync (aligning the input)");
+  }
+  if (st == BK_OK) st = fft_exec(ctx, fn, dt, e, in, y, (char *)scratch + in_bytes);
+  bk__cuda_scratch_free(ctx, scratch);
+  return st;
+}
+
+extern "C" bk_status bk__cuda_irfft(bk_context *ctx, bk_dtype dt, const void *spec, void *y,
+                                    int64_t batch, int64_t n, int normalize) {
+  const char *fn = normalize ? "bk_irfft" : "bk_irfft_unnormalized";
+  const size_t es = bk__dtype_size(dt);
+  if (n == 1)
+    return dt == BK_F32 ? launch_len1<float>(ctx, fn, 1, spec, y, batch)
+                        : launch_len1<double>(ctx, fn, 1, spec, y, batch);
+
+  fft_plan_entry *e = NULL;
+  bk_status st = fft_plan(ctx, fn, dt, 1, n, batch, &e);
+  if (st != BK_OK) return st;
+
+  /* C2R overwrites its input: it runs on a prepared copy of the spectrum. */
+  const size_t spec_bytes = round_up_256((size_t)batch * (size_t)(n / 2 + 1) * 2 * es);
+  void *scratch = NULL;
+  st = bk__cuda_scratch(ctx, spec_bytes + e->work_bytes, &scratch);
+  if (st != BK_OK) return st;
+  const double scale = normalize ? 1.0 / (double)n : 1.0;
+  st = dt == BK_F32 ? launch_spec_prepare<float>(ctx, fn, spec, scratch, batch, n, scale)
+                    : launch_spec_prepare<double>(ctx, fn, spec, scratch, batch, n, scale);
+  if (st == BK_OK) st = fft_exec(ctx, fn, dt, e, scratch, y, (char *)scratch + spec_bytes);
+  bk__cuda_scratch_free(ctx, scratch);
+  return st;
 }

@@ -1,6 +1,632 @@
-/* PENDING: replaced by the family implementation. */
+/*
+ * softmax.cu — CUDA softmax along an axis of a contiguous (outer, n, inner)
+ * tensor, and the hard-masked row softmax (bk_rows_masked_softmax's entry in
+ * rows.cu calls bk__cuda_softmax_masked here, so both share one row engine).
+ *
+ * How the work is laid out:
+ *  - inner == 1 (rows of length n): a warp per row when the row fits in the
+ *    warp's registers, else a block per row. Each thread keeps up to EPT
+ *    elements of its row in registers, loaded as 16-byte vectors when the
+ *    pointers and the row length allow it, so such a row is read once and
+ *    written once. Elements beyond the register cache are streamed with an
+ *    online max/sum and read again for the output (from L2 in practice: a
+ *    block re-reads the row it has just read).
+ *  - Few long rows (fewer than two per multiprocessor): a row is split into
+ *    chunks handled by separate blocks. The first kernel writes each chunk's
+ *    (max, sum); the second folds a row's chunks in a fixed order and writes
+ *    the chunk's output, walking the chunks in reverse so that the data the
+ *    first kernel read last is still in L2.
+ *  - inner > 1: a block takes a tile of up to 32 adjacent inner positions of
+ *    one outer index. Consecutive threads read consecutive inner positions
+ *    (coalesced); the block's rows of threads split the n axis, each thread
+ *    caching its share in registers. Nothing is transposed.
+ *
+ * IEEE rules (SPEC 3.1): the maximum ignores NaN, and every element's
+ * exponential is taken against the final maximum, so a fibre holding NaN,
+ * +inf or only -inf sums to NaN and every entry comes out NaN.
+ * float32 data: exponentials in float32, sums in float64. float64 data: all
+ * in float64. Every reduction is a fixed tree, so results are bitwise
+ * reproducible run to run.
+ */
 #include "cuda_internal.h"
 
-extern "C" bk_status bk__cuda_softmax(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer, int64_t n, int64_t inner) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_softmax", "not yet implemented");
+#include <math.h>
+#include <stdint.h>
+
+/* ---- device helpers -------------------------------------------------------- */
+
+static constexpr unsigned BK_FULL_MASK = 0xffffffffu;
+
+/* Per-dtype constants: vec is the number of elements in 16 bytes; ept the
+ * number of elements a thread caches in registers in the row kernels (64
+ * bytes, so both dtypes use the same 16 registers for the cache). */
+template <typename T> struct sm_traits;
+template <> struct sm_traits<float> {
+  static constexpr int vec = 4;
+  static constexpr int ept = 16;
+};
+template <> struct sm_traits<double> {
+  static constexpr int vec = 2;
+  static constexpr int ept = 8;
+};
+
+static __device__ __forceinline__ float sm_exp(float v) { return expf(v); }
+static __device__ __forceinline__ double sm_exp(double v) { return exp(v); }
+
+/* Maximum that ignores NaN (fmax returns the other operand). */
+struct sm_max_op {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ __forceinline__ double operator()(double a, double b) const { return fmax(a, b); }
+};
+struct sm_sum_op {
+  __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
+};
+
+/* VEC consecutive elements at p (16-byte aligned when VEC > 1). */
+template <int VEC, typename T>
+static __device__ __forceinline__ void sm_load(const T *p, T *r) {
+  if constexpr (VEC == 1) {
+    r[0] = *p;
+  } else if constexpr (sizeof(T) == 4) {
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    r[0] = v.x;
+    r[1] = v.y;
+    r[2] = v.z;
+    r[3] = v.w;
+  } else {
+    const double2 v = *reinterpret_cast<const double2 *>(p);
+    r[0] = v.x;
+    r[1] = v.y;
+  }
+}
+
+/* Output stores are marked streaming (evict first): the output is not read
+ * again here, while the input may be, from L2. */
+template <int VEC, typename T>
+static __device__ __forceinline__ void sm_store(T *p, const T *r) {
+  if constexpr (VEC == 1) {
+    __stcs(p, r[0]);
+  } else if constexpr (sizeof(T) == 4) {
+    __stcs(reinterpret_cast<float4 *>(p), make_float4(r[0], r[1], r[2], r[3]));
+  } else {
+    __stcs(reinterpret_cast<double2 *>(p), make_double2(r[0], r[1]));
+  }
+}
+
+/* Butterfly reduction over the warp: every lane ends with the same value
+ * because each step combines two equal-valued halves with a commutative
+ * operation, so the result is one fixed tree. */
+template <typename A, typename Op>
+static __device__ __forceinline__ A sm_warp_allreduce(A v, Op op) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(BK_FULL_MASK, v, off));
+  return v;
+}
+
+/* Block-wide reduction (blockDim.x a multiple of 32, at most 1024): warp
+ * results are folded in warp order by every thread. sh holds 32 entries;
+ * the leading barrier keeps a previous call's readers safe. */
+template <typename A, typename Op>
+static __device__ __forceinline__ A sm_block_allreduce(A v, Op op, A *sh) {
+  v = sm_warp_allreduce(v, op);
+  const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+  const int nw = (int)(blockDim.x >> 5);
+  __syncthreads();
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  A r = sh[0];
+  for (int w = 1; w < nw; ++w) r = op(r, sh[w]);
+  return r;
+}
+
+template <bool WARP, typename A, typename Op>
+static __device__ __forceinline__ A sm_group_allreduce(A v, Op op, A *sh) {
+  if constexpr (WARP)
+    return sm_warp_allreduce(v, op);
+  else
+    return sm_block_allreduce(v, op, sh);
+}
+
+template <bool WARP>
+static __device__ __forceinline__ bool sm_group_any(bool p) {
+  if constexpr (WARP)
+    return __any_sync(BK_FULL_MASK, p) != 0;
+  else
+    return __syncthreads_or(p) != 0;
+}
+
+/* Online max/sum: s is the sum of exp(x - m) over the elements seen. A -inf
+ * element seen while m is still -inf is skipped: it contributes
+ * exp(-inf - M) for the final maximum M, which is 0 unless M is -inf too,
+ * and then the fibre's other exponentials already make the result NaN. */
+template <typename T>
+static __device__ __forceinline__ void sm_online(T &m, double &s, T x) {
+  if (x > m) {
+    s = s * (double)sm_exp(m - x) + 1.0;
+    m = x;
+  } else if (!(x == m && m == (T)-INFINITY)) {
+    s += (double)sm_exp(x - m);
+  }
+}
+
+/* A (max, sum) pair rescaled to the maximum M. A pair that saw no element
+ * above -inf carries its sum (0, or NaN after a NaN) unchanged. */
+template <typename T>
+static __device__ __forceinline__ double sm_rescale(T m, double s, T M) {
+  return m == (T)-INFINITY ? s : s * (double)sm_exp(m - M);
+}
+
+/* One chunk's statistics in the split path. */
+struct sm_stat {
+  double m;  /* maximum over the chunk's allowed elements, -inf if none */
+  double s;  /* sum of exp(x - m) over them */
+  int any;   /* the chunk has an allowed element */
+};
+
+/* ---- kernels: rows (inner == 1) ------------------------------------------------ */
+
+/*
+ * Softmax of rows (rows, cols) with a register cache. WARP: a warp per row
+ * (blockDim 256, 8 rows per block at a time); else a block per row. MASKED:
+ * mask (rows, cols), allowed <=> mask != 0; blocked entries are written as
+ * +0 and never read into the arithmetic; a row with no allowed entry is all
+ * +0. Chunk i of thread g covers elements [(i*G + g)*VEC, +VEC).
+ */
+template <typename T, int VEC, bool WARP, bool MASKED>
+static __global__ void __launch_bounds__(1024)
+    softmax_rows_kernel(const T *__restrict__ x, const T *__restrict__ mask, T *__restrict__ y,
+                        int64_t rows, int64_t cols) {
+  constexpr int EPT = sm_traits<T>::ept;
+  constexpr int NC = EPT / VEC;
+  static_assert(EPT <= 32, "the allowed-bit mask holds 32 entries");
+  __shared__ T sh_max[32];
+  __shared__ double sh_sum[32];
+  const T ninf = (T)-INFINITY;
+  const int G = WARP ? 32 : (int)blockDim.x;
+  const int g = WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x;
+  const int64_t per_block = WARP ? (int64_t)(blockDim.x >> 5) : 1;
+  const int64_t first = (int64_t)blockIdx.x * per_block + (WARP ? (int64_t)(threadIdx.x >> 5) : 0);
+  const int64_t step = (int64_t)gridDim.x * per_block;
+  const int64_t nvec = cols / VEC;
+  const int64_t unc0 = (int64_t)NC * G + g; /* first streamed chunk of this thread */
+
+  for (int64_t r = first; r < rows; r += step) {
+    const int64_t base = r * cols;
+    const T *xr = x + base;
+    const T *mr = MASKED ? mask + base : nullptr;
+    T *yr = y + base;
+
+    /* Pass 1: load the cached chunks, thread maximum; stream the rest. */
+    T v[EPT];
+    unsigned allow = 0; /* bit i*VEC+e: cached element allowed */
+    T m = ninf;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = (int64_t)i * G + g;
+      if (q < nvec) {
+        sm_load<VEC>(xr + q * VEC, &v[i * VEC]);
+        if constexpr (MASKED) {
+          T mk[VEC];
+          sm_load<VEC>(mr + q * VEC, mk);
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            if (mk[e] != (T)0) allow |= 1u << (i * VEC + e);
+        }
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          if (!MASKED || ((allow >> (i * VEC + e)) & 1u)) m = sm_max_op()(m, v[i * VEC + e]);
+      }
+    }
+    T um = ninf;
+    double us = 0.0;
+    bool any_unc = false;
+    for (int64_t q = unc0; q < nvec; q += G) {
+      T t[VEC], mk[VEC];
+      sm_load<VEC>(xr + q * VEC, t);
+      if constexpr (MASKED) sm_load<VEC>(mr + q * VEC, mk);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        if (!MASKED || mk[e] != (T)0) {
+          sm_online(um, us, t[e]);
+          any_unc = true;
+        }
+      }
+    }
+    m = sm_max_op()(m, um);
+
+    if constexpr (MASKED) {
+      if (!sm_group_any<WARP>(allow != 0u || any_unc)) {
+        /* No allowed entry: the row is all +0. */
+        T z[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) z[e] = (T)0;
+#pragma unroll
+        for (int i = 0; i < NC; ++i) {
+          const int64_t q = (int64_t)i * G + g;
+          if (q < nvec) sm_store<VEC>(yr + q * VEC, z);
+        }
+        for (int64_t q = unc0; q < nvec; q += G) sm_store<VEC>(yr + q * VEC, z);
+        continue;
+      }
+    }
+    const T M = sm_group_allreduce<WARP>(m, sm_max_op(), sh_max);
+
+    /* Pass 2: exponentials against the row maximum, kept in the cache. */
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = (int64_t)i * G + g;
+      if (q < nvec) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          if (!MASKED || ((allow >> (i * VEC + e)) & 1u)) {
+            const T ex = sm_exp(v[i * VEC + e] - M);
+            v[i * VEC + e] = ex;
+            s += (double)ex;
+          }
+        }
+      }
+    }
+    s += sm_rescale(um, us, M);
+    const double S = sm_group_allreduce<WARP>(s, sm_sum_op(), sh_sum);
+    const T inv = (T)(1.0 / S);
+
+    /* Pass 3: write; streamed chunks are read again. */
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = (int64_t)i * G + g;
+      if (q < nvec) {
+        T o[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          o[e] = (!MASKED || ((allow >> (i * VEC + e)) & 1u)) ? v[i * VEC + e] * inv : (T)0;
+        sm_store<VEC>(yr + q * VEC, o);
+      }
+    }
+    for (int64_t q = unc0; q < nvec; q += G) {
+      T t[VEC], mk[VEC], o[VEC];
+      sm_load<VEC>(xr + q * VEC, t);
+      if constexpr (MASKED) sm_load<VEC>(mr + q * VEC, mk);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        o[e] = (!MASKED || mk[e] != (T)0) ? sm_exp(t[e] - M) * inv : (T)0;
+      sm_store<VEC>(yr + q * VEC, o);
+    }
+  }
+}
+
+/* ---- kernels: few long rows, split into chunks ------------------------------------- */
+
+/*
+ * Statistics of chunk c of row r (unit u = r*nch + c): the chunk is the
+ * vector range [c*clen, min(nvec, (c+1)*clen)). Four loads are issued before
+ * their online updates to keep bytes in flight.
+ */
+template <typename T, int VEC, bool MASKED>
+static __global__ void __launch_bounds__(256)
+    softmax_split_stats_kernel(const T *__restrict__ x, const T *__restrict__ mask,
+                               sm_stat *__restrict__ stats, int64_t rows, int64_t cols,
+                               int64_t nch, int64_t clen) {
+  __shared__ T sh_max[32];
+  __shared__ double sh_sum[32];
+  const int B = (int)blockDim.x;
+  const int64_t nvec = cols / VEC;
+  const int64_t units = rows * nch;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t r = u / nch, c = u - r * nch;
+    const int64_t q0 = c * clen;
+    const int64_t q1 = q0 + clen < nvec ? q0 + clen : nvec;
+    const T *xr = x + r * cols;
+    const T *mr = MASKED ? mask + r * cols : nullptr;
+    T m = (T)-INFINITY;
+    double s = 0.0;
+    bool any = false;
+    int64_t q = q0 + threadIdx.x;
+    for (; q + 3 * (int64_t)B < q1; q += 4 * (int64_t)B) {
+      T t[4][VEC], mk[4][VEC];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        sm_load<VEC>(xr + (q + (int64_t)k * B) * VEC, t[k]);
+        if constexpr (MASKED) sm_load<VEC>(mr + (q + (int64_t)k * B) * VEC, mk[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          if (!MASKED || mk[k][e] != (T)0) {
+            sm_online(m, s, t[k][e]);
+            any = true;
+          }
+    }
+    for (; q < q1; q += B) {
+      T t[VEC], mk[VEC];
+      sm_load<VEC>(xr + q * VEC, t);
+      if constexpr (MASKED) sm_load<VEC>(mr + q * VEC, mk);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e)
+        if (!MASKED || mk[e] != (T)0) {
+          sm_online(m, s, t[e]);
+          any = true;
+        }
+    }
+    const T M = sm_block_allreduce(m, sm_max_op(), sh_max);
+    const double S = sm_block_allreduce(sm_rescale(m, s, M), sm_sum_op(), sh_sum);
+    const bool any_b = MASKED ? (__syncthreads_or(any) != 0) : true;
+    if (threadIdx.x == 0) {
+      sm_stat st;
+      st.m = (double)M;
+      st.s = S;
+      st.any = any_b ? 1 : 0;
+      stats[u] = st;
+    }
+  }
+}
+
+/*
+ * Output of chunk c of row r: warp 0 folds the row's chunk statistics in a
+ * fixed order (lane l takes chunks l, l+32, ...; then a butterfly), then the
+ * block writes the chunk.
+ */
+template <typename T, int VEC, bool MASKED>
+static __global__ void __launch_bounds__(256)
+    softmax_split_apply_kernel(const T *__restrict__ x, const T *__restrict__ mask,
+                               const sm_stat *__restrict__ stats, T *__restrict__ y,
+                               int64_t rows, int64_t cols, int64_t nch, int64_t clen) {
+  __shared__ double sh_row[3];
+  const int B = (int)blockDim.x;
+  const int64_t nvec = cols / VEC;
+  const int64_t units = rows * nch;
+  for (int64_t k = blockIdx.x; k < units; k += gridDim.x) {
+    const int64_t u = units - 1 - k;
+    const int64_t r = u / nch, c = u - r * nch;
+    __syncthreads(); /* the previous unit's readers of sh_row are done */
+    if (threadIdx.x < 32) {
+      const sm_stat *st = stats + r * nch;
+      double m = -INFINITY;
+      for (int64_t j = threadIdx.x; j < nch; j += 32) m = fmax(m, st[j].m);
+      const double M = sm_warp_allreduce(m, sm_max_op());
+      double s = 0.0;
+      int any = 0;
+      for (int64_t j = threadIdx.x; j < nch; j += 32) {
+        s += st[j].m == -INFINITY ? st[j].s : st[j].s * exp(st[j].m - M);
+        any |= st[j].any;
+      }
+      const double S = sm_warp_allreduce(s, sm_sum_op());
+      any = __any_sync(BK_FULL_MASK, any != 0);
+      if (threadIdx.x == 0) {
+        sh_row[0] = M;
+        sh_row[1] = S;
+        sh_row[2] = any ? 1.0 : 0.0;
+      }
+    }
+    __syncthreads();
+    const T M = (T)sh_row[0];
+    const T inv = (T)(1.0 / sh_row[1]);
+    const bool any = sh_row[2] != 0.0;
+    const int64_t q0 = c * clen;
+    const int64_t q1 = q0 + clen < nvec ? q0 + clen : nvec;
+    const T *xr = x + r * cols;
+    const T *mr = MASKED ? mask + r * cols : nullptr;
+    T *yr = y + r * cols;
+    for (int64_t q = q0 + threadIdx.x; q < q1; q += B) {
+      T o[VEC];
+      if (MASKED && !any) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) o[e] = (T)0;
+      } else {
+        T t[VEC], mk[VEC];
+        sm_load<VEC>(xr + q * VEC, t);
+        if constexpr (MASKED) sm_load<VEC>(mr + q * VEC, mk);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          o[e] = (!MASKED || mk[e] != (T)0) ? sm_exp(t[e] - M) * inv : (T)0;
+      }
+      sm_store<VEC>(yr + q * VEC, o);
+    }
+  }
+}
+
+/* ---- kernels: inner > 1 ------------------------------------------------------------ */
+
+/*
+ * Reduction over the threads of one inner position: thread t owns column
+ * t % ti (ti a power of two <= 32) and row slot t / ti. Lanes of a warp with
+ * the same column are folded by a butterfly over the lane bits >= log2(ti),
+ * then the warps' results are folded in warp order through sh (32*ti
+ * entries).
+ */
+template <typename A, typename Op>
+static __device__ __forceinline__ A sm_col_allreduce(A v, Op op, int ti, double *sh) {
+  for (int off = ti; off < 32; off <<= 1) v = op(v, __shfl_xor_sync(BK_FULL_MASK, v, off));
+  const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+  const int nw = (int)(blockDim.x >> 5), col = lane & (ti - 1);
+  __syncthreads();
+  if (lane < ti) sh[warp * ti + lane] = (double)v;
+  __syncthreads();
+  A r = (A)sh[col];
+  for (int w = 1; w < nw; ++w) r = op(r, (A)sh[w * ti + col]);
+  return r;
+}
+
+/*
+ * Softmax along the middle axis of (outer, n, inner): unit u is (o, tile);
+ * thread t handles inner position c = tile*ti + t%ti and the rows
+ * j = slot, slot + RS, ... (RS = blockDim/ti row slots); the first EPT of
+ * them are cached in registers, the rest streamed and read again.
+ */
+template <typename T>
+static __global__ void __launch_bounds__(1024)
+    softmax_inner_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t outer, int64_t n,
+                         int64_t inner, int ti) {
+  constexpr int EPT = sm_traits<T>::ept;
+  __shared__ double sh[1024];
+  const T ninf = (T)-INFINITY;
+  const int t = (int)threadIdx.x;
+  const int col = t & (ti - 1);
+  const int64_t slot = t / ti, RS = (int64_t)blockDim.x / ti;
+  const int64_t tiles = (inner + ti - 1) / ti;
+  const int64_t units = outer * tiles;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t o = u / tiles, tile = u - o * tiles;
+    const int64_t c = tile * ti + col;
+    const bool ok = c < inner;
+    const int64_t base = (o * n + slot) * inner + c;
+    const T *xb = x + (ok ? base : 0);
+    T *yb = y + (ok ? base : 0);
+
+    /* Cached rows: j = slot + i*RS for i < cnt. */
+    const int64_t stride = RS * inner;
+    const int64_t left = ok && slot < n ? (n - slot + RS - 1) / RS : 0;
+    const int cnt = left < EPT ? (int)left : EPT;
+    T v[EPT];
+    T m = ninf;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) {
+      if (i < cnt) {
+        v[i] = xb[i * stride];
+        m = sm_max_op()(m, v[i]);
+      }
+    }
+    /* Streamed rows: j = slot + (EPT + k)*RS. */
+    const T *xs = xb + (int64_t)EPT * stride;
+    const int64_t nstream = left > EPT ? left - EPT : 0;
+    T um = ninf;
+    double us = 0.0;
+    for (int64_t k = 0; k < nstream; ++k) sm_online(um, us, xs[k * stride]);
+    m = sm_max_op()(m, um);
+    const T M = sm_col_allreduce(m, sm_max_op(), ti, sh);
+
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < EPT; ++i) {
+      if (i < cnt) {
+        const T ex = sm_exp(v[i] - M);
+        v[i] = ex;
+        s += (double)ex;
+      }
+    }
+    s += sm_rescale(um, us, M);
+    const double S = sm_col_allreduce(s, sm_sum_op(), ti, sh);
+    const T inv = (T)(1.0 / S);
+
+#pragma unroll
+    for (int i = 0; i < EPT; ++i)
+      if (i < cnt) __stcs(yb + i * stride, v[i] * inv);
+    T *ys = yb + (int64_t)EPT * stride;
+    for (int64_t k = 0; k < nstream; ++k) __stcs(ys + k * stride, sm_exp(xs[k * stride] - M) * inv);
+  }
+}
+
+/* ---- launchers ------------------------------------------------------------------------ */
+
+/* Blocks for a grid-stride loop over `units` independent work units. */
+static unsigned sm_grid(int64_t units) {
+  return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
+}
+
+static bool sm_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Chunks of at least this many elements in the split path. */
+static const int64_t SM_MIN_CHUNK = 4096;
+
+template <typename T, int VEC, bool MASKED>
+static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x, const T *mask,
+                                     T *y, int64_t rows, int64_t cols) {
+  constexpr int EPT = sm_traits<T>::ept;
+  cudaStream_t stream = bk_stream(ctx);
+  const int64_t sm = bk_cu(ctx)->sm_count;
+  const int64_t nvec = cols / VEC;
+
+  if (rows < 2 * sm && cols >= 2 * SM_MIN_CHUNK) {
+    /* Few long rows: enough chunks per row to give every multiprocessor
+     * about four blocks, none shorter than SM_MIN_CHUNK elements. */
+    int64_t nch = (4 * sm + rows - 1) / rows;
+    const int64_t max_nch = cols / SM_MIN_CHUNK;
+    if (nch > max_nch) nch = max_nch;
+    const int64_t clen = (nvec + nch - 1) / nch;
+    nch = (nvec + clen - 1) / clen;
+    const int64_t units = rows * nch;
+    void *scratch = NULL;
+    bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(sm_stat), &scratch);
+    if (st != BK_OK) return st;
+    sm_stat *stats = (sm_stat *)scratch;
+    softmax_split_stats_kernel<T, VEC, MASKED>
+        <<<sm_grid(units), 256, 0, stream>>>(x, mask, stats, rows, cols, nch, clen);
+    st = bk__cuda_launched(fn, "softmax_split_stats_kernel");
+    if (st == BK_OK) {
+      softmax_split_apply_kernel<T, VEC, MASKED>
+          <<<sm_grid(units), 256, 0, stream>>>(x, mask, stats, y, rows, cols, nch, clen);
+      st = bk__cuda_launched(fn, "softmax_split_apply_kernel");
+    }
+    bk__cuda_scratch_free(ctx, scratch);
+    return st;
+  }
+  if (cols <= 32 * EPT) {
+    softmax_rows_kernel<T, VEC, true, MASKED>
+        <<<sm_grid((rows + 7) / 8), 256, 0, stream>>>(x, mask, y, rows, cols);
+    return bk__cuda_launched(fn, "softmax_rows_kernel");
+  }
+  /* A block per row: the smallest power-of-two block that caches the row,
+   * at least 64 and at most 1024 threads. */
+  const int64_t need = (cols + EPT - 1) / EPT;
+  int threads = 64;
+  while (threads < need && threads < 1024) threads <<= 1;
+  softmax_rows_kernel<T, VEC, false, MASKED>
+      <<<sm_grid(rows), threads, 0, stream>>>(x, mask, y, rows, cols);
+  return bk__cuda_launched(fn, "softmax_rows_kernel");
+}
+
+template <typename T, bool MASKED>
+static bk_status softmax_rows(bk_context *ctx, const char *fn, const void *x, const void *mask,
+                              void *y, int64_t rows, int64_t cols) {
+  constexpr int V = sm_traits<T>::vec;
+  const bool vec = cols % V == 0 && sm_aligned16(x) && sm_aligned16(y) &&
+                   (!MASKED || sm_aligned16(mask));
+  if (vec)
+    return softmax_rows_launch<T, V, MASKED>(ctx, fn, (const T *)x, (const T *)mask, (T *)y, rows,
+                                             cols);
+  return softmax_rows_launch<T, 1, MASKED>(ctx, fn, (const T *)x, (const T *)mask, (T *)y, rows,
+                                           cols);
+}
+
+template <typename T>
+static bk_status softmax_inner(bk_context *ctx, const char *fn, const void *x, void *y,
+                               int64_t outer, int64_t n, int64_t inner) {
+  constexpr int EPT = sm_traits<T>::ept;
+  /* Tile width: up to 32 inner positions, narrowed (not below 8) while that
+   * lets a block of at most 1024 threads cache the whole fibre. */
+  int ti = 1;
+  while (ti < inner && ti < 32) ti <<= 1;
+  const int64_t slots_needed = (n + EPT - 1) / EPT;
+  while (ti > 8 && slots_needed * ti > 1024) ti >>= 1;
+  const int64_t want = slots_needed * ti;
+  int threads = 64;
+  while (threads < want && threads < 1024) threads <<= 1;
+  const int64_t units = outer * ((inner + ti - 1) / ti);
+  softmax_inner_kernel<T><<<sm_grid(units), threads, 0, bk_stream(ctx)>>>(
+      (const T *)x, (T *)y, outer, n, inner, ti);
+  return bk__cuda_launched(fn, "softmax_inner_kernel");
+}
+
+/* ---- entries -------------------------------------------------------------------------- */
+
+extern "C" bk_status bk__cuda_softmax(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                      int64_t outer, int64_t n, int64_t inner) {
+  static const char fn[] = "bk_softmax";
+  if (inner == 1) {
+    if (dt == BK_F32) return softmax_rows<float, false>(ctx, fn, x, NULL, y, outer, n);
+    return softmax_rows<double, false>(ctx, fn, x, NULL, y, outer, n);
+  }
+  if (dt == BK_F32) return softmax_inner<float>(ctx, fn, x, y, outer, n, inner);
+  return softmax_inner<double>(ctx, fn, x, y, outer, n, inner);
+}
+
+/* The hard-masked row softmax; bk__cuda_rows_masked_softmax (rows.cu)
+ * forwards here. */
+extern "C" bk_status bk__cuda_softmax_masked(bk_context *ctx, bk_dtype dt, const void *scores,
+                                             const void *mask, void *y, int64_t rows,
+                                             int64_t cols) {
+  static const char fn[] = "bk_rows_masked_softmax";
+  if (dt == BK_F32) return softmax_rows<float, true>(ctx, fn, scores, mask, y, rows, cols);
+  return softmax_rows<double, true>(ctx, fn, scores, mask, y, rows, cols);
 }

@@ -32,7 +32,8 @@ bk_status bk_rows_gather(bk_context *ctx, const bk_buffer *mat, int64_t rows, in
   if (out_len == 0) return bk__new_output(&c, 0, out);
   bk_buffer *y = NULL;
   st = bk__new_output(&c, out_len, &y);
-  if (st == BK_OK) st = c.be->rows_gather(c.ctx, c.dtype, mat->data, y->data, rows, cols, indices, k);
+  if (st == BK_OK)
+    st = c.be->rows_gather(c.ctx, c.dtype, mat->data, y->data, rows, cols, indices, k);
   if (st != BK_OK) {
     bk__drop(&y);
     return st;

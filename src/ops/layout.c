@@ -288,7 +288,8 @@ bk_status bk_sum_axis(bk_context *ctx, const bk_buffer *x, const int64_t *dims, 
    * result can be large although x is empty, so its size is checked here. */
   int64_t out_len = 1;
   for (int i = 0; i < rank && st == BK_OK; i++)
-    if (i != axis) st = bk__mul(fn, "the result length (dims without axis)", out_len, dims[i], &out_len);
+    if (i != axis)
+      st = bk__mul(fn, "the result length (dims without axis)", out_len, dims[i], &out_len);
   if (st == BK_OK) st = bk__check_len(fn, "x", x, elems);
   if (st != BK_OK) return st;
   bk_call c;

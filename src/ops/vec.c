@@ -39,7 +39,8 @@ bk_status bk_vec_concat(bk_context *ctx, const bk_buffer *a, const bk_buffer *b,
   /* Each part is copied only when it has elements: an empty buffer holds no
    * memory and mem_copy requires bytes > 0. */
   if (n > 0) st = c.be->mem_copy(c.ctx, y->data, a->data, (size_t)n * es);
-  if (st == BK_OK && m > 0) st = c.be->mem_copy(c.ctx, elem_at(y->data, n, es), b->data, (size_t)m * es);
+  if (st == BK_OK && m > 0)
+    st = c.be->mem_copy(c.ctx, elem_at(y->data, n, es), b->data, (size_t)m * es);
   if (st != BK_OK) {
     bk__drop(&y);
     return st;

@@ -1,0 +1,545 @@
+/*
+ * test_layernorm.c — bk_layernorm_forward, bk_layernorm_backward.
+ *
+ * References are computed in long double on the host from the values the
+ * kernels see (inputs rounded to the dtype; the backward from the saved
+ * normalized and inv_std as stored).
+ */
+#include "testlib.h"
+#include "core/internal.h" /* allocation-failure injection */
+
+typedef long double ld;
+
+/* ---- references ---------------------------------------------------------------- */
+
+static void ref_forward(const double *x, const double *gamma, const double *beta, int64_t rows,
+                        int64_t cols, double eps, double *out, double *nrm, double *istd) {
+  for (int64_t r = 0; r < rows; r++) {
+    ld mu = 0, var = 0;
+    for (int64_t j = 0; j < cols; j++) mu += x[r * cols + j];
+    mu /= cols;
+    for (int64_t j = 0; j < cols; j++) var += (x[r * cols + j] - mu) * (x[r * cols + j] - mu);
+    var /= cols;
+    ld is = 1.0L / sqrtl(var + eps);
+    istd[r] = (double)is;
+    for (int64_t j = 0; j < cols; j++) {
+      ld v = (x[r * cols + j] - mu) * is;
+      nrm[r * cols + j] = (double)v;
+      out[r * cols + j] = (double)(v * gamma[j] + beta[j]);
+    }
+  }
+}
+
+/* Also returns the natural magnitudes of dx (per-row bound, max over rows),
+ * dgamma and dbeta (sums of |terms|). */
+static void ref_backward(const double *dout, const double *nrm, const double *istd,
+                         const double *gamma, int64_t rows, int64_t cols, double *dx,
+                         double *dgamma, double *dbeta, double *scale_dx, double *scale_dg,
+                         double *scale_db) {
+  *scale_dx = *scale_dg = *scale_db = 1e-300;
+  for (int64_t j = 0; j < cols; j++) {
+    ld sg = 0, sb = 0, ag = 0, ab = 0;
+    for (int64_t r = 0; r < rows; r++) {
+      sg += (ld)dout[r * cols + j] * nrm[r * cols + j];
+      sb += dout[r * cols + j];
+      ag += fabsl((ld)dout[r * cols + j] * nrm[r * cols + j]);
+      ab += fabs(dout[r * cols + j]);
+    }
+    dgamma[j] = (double)sg;
+    dbeta[j] = (double)sb;
+    if ((double)ag > *scale_dg) *scale_dg = (double)ag;
+    if ((double)ab > *scale_db) *scale_db = (double)ab;
+  }
+  for (int64_t r = 0; r < rows; r++) {
+    ld s1 = 0, s2 = 0, a1 = 0, a2 = 0, gmax = 0, nmax = 0;
+    for (int64_t j = 0; j < cols; j++) {
+      ld g = (ld)dout[r * cols + j] * gamma[j];
+      s1 += g;
+      s2 += g * nrm[r * cols + j];
+      a1 += fabsl(g);
+      a2 += fabsl(g * nrm[r * cols + j]);
+      if (fabsl(g) > gmax) gmax = fabsl(g);
+      if (fabs(nrm[r * cols + j]) > nmax) nmax = fabs(nrm[r * cols + j]);
+    }
+    for (int64_t j = 0; j < cols; j++) {
+      ld g = (ld)dout[r * cols + j] * gamma[j];
+      dx[r * cols + j] = (double)((ld)istd[r] / cols * (cols * g - s1 - nrm[r * cols + j] * s2));
+    }
+    double mag = (double)((ld)fabs(istd[r]) / cols * (cols * gmax + a1 + nmax * a2));
+    if (mag > *scale_dx) *scale_dx = mag;
+  }
+}
+
+/* ---- examples ---------------------------------------------------------------------- */
+
+static const double ex_x[] = {0.1, 0.2, 0, -0.1, -0.3, 0.5, 0.2, 0.1};
+static const double ex_gamma[] = {1, 0.9, 1.1, 1};
+static const double ex_beta[] = {0, 0.1, -0.1, 0};
+
+static double ex_tol(bk_dtype dt) { return dt == BK_F32 ? tl_tol_red(dt) : 1e-6; }
+
+static void examples(void) {
+  static const double out[] = {0.447035,  1.306994, -0.591738, -1.341104,
+                               -1.485206, 1.279428, 0.188305,  -0.087365};
+  static const double istd[] = {8.940696, 3.494603};
+  static const double dx[] = {0.178671,  -0.358057, 0.715399, -0.536013,
+                              -0.136033, -0.229431, 0.373466, -0.008002};
+  static const double dgamma[] = {-1.038171, 2.651581, -0.184940, -1.428470};
+  static const double dbeta[] = {2, 2, 2, 2};
+  const double ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    bk_buffer *x = tl_buf(dt, ex_x, 8), *g = tl_buf(dt, ex_gamma, 4), *b = tl_buf(dt, ex_beta, 4);
+    bk_buffer *y = NULL, *n = NULL, *s = NULL;
+    if (TL_OK(bk_layernorm_forward(tl_ctx, x, g, b, 2, 4, 1e-5, &y, &n, &s)) == BK_OK) {
+      TL_BUF_CLOSE(y, out, 8, ex_tol(dt), 1.5);
+      TL_BUF_CLOSE(s, istd, 2, ex_tol(dt), 9.0);
+      bk_buffer *dout = tl_buf(dt, ones, 8), *gx = NULL, *gg = NULL, *gb = NULL;
+      if (TL_OK(bk_layernorm_backward(tl_ctx, dout, n, s, g, 2, 4, &gx, &gg, &gb)) == BK_OK) {
+        TL_BUF_CLOSE(gx, dx, 8, ex_tol(dt), 1.0);
+        TL_BUF_CLOSE(gg, dgamma, 4, ex_tol(dt), 3.0);
+        TL_BUF_EXACT(gb, dbeta, 4);
+      }
+      bk_buffer_release(gx);
+      bk_buffer_release(gg);
+      bk_buffer_release(gb);
+      bk_buffer_release(dout);
+    }
+    TL_UNCHANGED(x, ex_x, 8);
+    TL_UNCHANGED(g, ex_gamma, 4);
+    TL_UNCHANGED(b, ex_beta, 4);
+    bk_buffer_release(y);
+    bk_buffer_release(n);
+    bk_buffer_release(s);
+    bk_buffer_release(x);
+    bk_buffer_release(g);
+    bk_buffer_release(b);
+  }
+}
+
+/* ---- random cases ------------------------------------------------------------------------ */
+
+typedef struct shape {
+  int64_t rows, cols;
+  double mean; /* offset added to x: a large mean tests the two-pass statistics */
+  double eps;
+} shape;
+
+static const shape shapes[] = {
+    {1, 1, 0, 1e-5},    {3, 7, 0, 1e-5},   {17, 1000, 0, 1e-5}, {64, 33, 0, 0.1},
+    {5, 257, 1e4, 0},   {2, 20000, 0, 1e-5}, {300, 130, 0, 1e-5}, {4, 64, 1e3, 1e-5},
+};
+
+static void random_case(bk_dtype dt, const shape *sh, uint64_t seed) {
+  const int64_t rows = sh->rows, cols = sh->cols, n = rows * cols;
+  double *x = tl_xmalloc((size_t)n * sizeof *x), *gamma = tl_xmalloc((size_t)cols * sizeof *gamma);
+  double *beta = tl_xmalloc((size_t)cols * sizeof *beta);
+  double *dout = tl_xmalloc((size_t)n * sizeof *dout);
+  double *rout = tl_xmalloc((size_t)n * sizeof *rout), *rn = tl_xmalloc((size_t)n * sizeof *rn);
+  double *rs = tl_xmalloc((size_t)rows * sizeof *rs), *rdx = tl_xmalloc((size_t)n * sizeof *rdx);
+  double *rdg = tl_xmalloc((size_t)cols * sizeof *rdg);
+  double *rdb = tl_xmalloc((size_t)cols * sizeof *rdb);
+  tl_seed(seed);
+  tl_fill_randn(x, n);
+  for (int64_t i = 0; i < n; i++) x[i] += sh->mean;
+  tl_fill_uniform(gamma, cols, 0.5, 1.5);
+  tl_fill_uniform(beta, cols, -0.5, 0.5);
+  tl_fill_randn(dout, n);
+  tl_round(dt, x, n);
+  tl_round(dt, gamma, cols);
+  tl_round(dt, beta, cols);
+  tl_round(dt, dout, n);
+  ref_forward(x, gamma, beta, rows, cols, sh->eps, rout, rn, rs);
+  double nmax = tl_absmax(rn, n, 1.0), omax = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double m = fabs(rn[i] * gamma[i % cols]) + fabs(beta[i % cols]);
+    if (m > omax) omax = m;
+  }
+
+  bk_buffer *bx = tl_buf(dt, x, n), *bg = tl_buf(dt, gamma, cols), *bb = tl_buf(dt, beta, cols);
+  bk_buffer *y = NULL, *nr = NULL, *s = NULL, *y2 = NULL, *nr2 = NULL, *s2 = NULL;
+  if (TL_OK(bk_layernorm_forward(tl_ctx, bx, bg, bb, rows, cols, sh->eps, &y, &nr, &s)) ==
+      BK_OK) {
+    int ok = TL_BUF_CLOSE(y, rout, n, tl_tol_red(dt), omax);
+    ok &= TL_BUF_CLOSE(nr, rn, n, tl_tol_red(dt), nmax);
+    ok &= TL_BUF_CLOSE(s, rs, rows, tl_tol_red(dt), tl_absmax(rs, rows, 0));
+    if (!ok)
+      fprintf(stderr, "  (forward %s rows %" PRId64 " cols %" PRId64 ")\n", tl_dtname(dt), rows,
+              cols);
+    if (TL_OK(bk_layernorm_forward(tl_ctx, bx, bg, bb, rows, cols, sh->eps, &y2, &nr2, &s2)) ==
+        BK_OK)
+      TL_CHECK(tl_same_bits(y, y2) && tl_same_bits(nr, nr2) && tl_same_bits(s, s2),
+               "layernorm_forward is not deterministic");
+
+    /* Backward from the saved values as stored. */
+    double *sn = tl_read(nr), *ss = tl_read(s), sdx, sdg, sdb;
+    ref_backward(dout, sn, ss, gamma, rows, cols, rdx, rdg, rdb, &sdx, &sdg, &sdb);
+    bk_buffer *bd = tl_buf(dt, dout, n), *gx = NULL, *gg = NULL, *gb = NULL;
+    bk_buffer *gx2 = NULL, *gg2 = NULL, *gb2 = NULL;
+    if (TL_OK(bk_layernorm_backward(tl_ctx, bd, nr, s, bg, rows, cols, &gx, &gg, &gb)) == BK_OK) {
+      ok = TL_BUF_CLOSE(gx, rdx, n, tl_tol_red(dt), sdx);
+      ok &= TL_BUF_CLOSE(gg, rdg, cols, tl_tol_red(dt), sdg);
+      ok &= TL_BUF_CLOSE(gb, rdb, cols, tl_tol_red(dt), sdb);
+      if (!ok)
+        fprintf(stderr, "  (backward %s rows %" PRId64 " cols %" PRId64 ")\n", tl_dtname(dt),
+                rows, cols);
+      if (TL_OK(bk_layernorm_backward(tl_ctx, bd, nr, s, bg, rows, cols, &gx2, &gg2, &gb2)) ==
+          BK_OK)
+        TL_CHECK(tl_same_bits(gx, gx2) && tl_same_bits(gg, gg2) && tl_same_bits(gb, gb2),
+                 "layernorm_backward is not deterministic");
+    }
+    TL_UNCHANGED(bd, dout, n);
+    TL_UNCHANGED(nr, sn, n);
+    TL_UNCHANGED(s, ss, rows);
+    bk_buffer_release(gx);
+    bk_buffer_release(gg);
+    bk_buffer_release(gb);
+    bk_buffer_release(gx2);
+    bk_buffer_release(gg2);
+    bk_buffer_release(gb2);
+    bk_buffer_release(bd);
+    free(sn);
+    free(ss);
+  }
+  TL_UNCHANGED(bx, x, n);
+  TL_UNCHANGED(bg, gamma, cols);
+  TL_UNCHANGED(bb, beta, cols);
+  bk_buffer_release(y);
+  bk_buffer_release(nr);
+  bk_buffer_release(s);
+  bk_buffer_release(y2);
+  bk_buffer_release(nr2);
+  bk_buffer_release(s2);
+  bk_buffer_release(bx);
+  bk_buffer_release(bg);
+  bk_buffer_release(bb);
+  free(x);
+  free(gamma);
+  free(beta);
+  free(dout);
+  free(rout);
+  free(rn);
+  free(rs);
+  free(rdx);
+  free(rdg);
+  free(rdb);
+}
+
+static void random_cases(void) {
+  for (int d = 0; d < TL_DTYPES; d++)
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+      random_case(tl_dtypes[d], &shapes[s], 100 + s);
+}
+
+/* ---- finite differences (float64) ----------------------------------------------------------- */
+
+/* L = <dout, out(x, gamma, beta)> through the library's forward. */
+static double loss(const double *x, const double *gamma, const double *beta, const double *dout,
+                   int64_t rows, int64_t cols, double eps) {
+  bk_buffer *bx = tl_buf(BK_F64, x, rows * cols), *bg = tl_buf(BK_F64, gamma, cols);
+  bk_buffer *bb = tl_buf(BK_F64, beta, cols), *y = NULL, *n = NULL, *s = NULL;
+  double L = NAN;
+  if (bk_layernorm_forward(tl_ctx, bx, bg, bb, rows, cols, eps, &y, &n, &s) == BK_OK) {
+    double *v = tl_read(y);
+    L = 0;
+    for (int64_t i = 0; i < rows * cols; i++) L += dout[i] * v[i];
+    free(v);
+  }
+  bk_buffer_release(y);
+  bk_buffer_release(n);
+  bk_buffer_release(s);
+  bk_buffer_release(bx);
+  bk_buffer_release(bg);
+  bk_buffer_release(bb);
+  return L;
+}
+
+/* Directional derivatives along random directions, by central differences,
+ * against <dx, dir>, <dgamma, dir>, <dbeta, dir>. */
+static void finite_differences(void) {
+  static const int64_t cases[][2] = {{1, 2}, {3, 5}, {4, 16}, {2, 50}};
+  const double eps = 1e-3, h = 1e-5;
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const int64_t rows = cases[c][0], cols = cases[c][1], n = rows * cols;
+    double *x = tl_xmalloc((size_t)n * sizeof *x), *dout = tl_xmalloc((size_t)n * sizeof *dout);
+    double *gm = tl_xmalloc((size_t)cols * sizeof *gm), *bt = tl_xmalloc((size_t)cols * sizeof *bt);
+    double *dir = tl_xmalloc((size_t)n * sizeof *dir), *tmp = tl_xmalloc((size_t)n * sizeof *tmp);
+    tl_seed(700 + c);
+    tl_fill_randn(x, n);
+    tl_fill_randn(dout, n);
+    tl_fill_uniform(gm, cols, 0.5, 1.5);
+    tl_fill_uniform(bt, cols, -0.5, 0.5);
+    bk_buffer *bx = tl_buf(BK_F64, x, n), *bg = tl_buf(BK_F64, gm, cols);
+    bk_buffer *bb = tl_buf(BK_F64, bt, cols), *y = NULL, *nr = NULL, *s = NULL;
+    bk_buffer *bd = tl_buf(BK_F64, dout, n), *gx = NULL, *gg = NULL, *gb = NULL;
+    if (TL_OK(bk_layernorm_forward(tl_ctx, bx, bg, bb, rows, cols, eps, &y, &nr, &s)) == BK_OK &&
+        TL_OK(bk_layernorm_backward(tl_ctx, bd, nr, s, bg, rows, cols, &gx, &gg, &gb)) == BK_OK) {
+      double *vx = tl_read(gx), *vg = tl_read(gg), *vb = tl_read(gb);
+      /* which: 0 perturbs x, 1 gamma, 2 beta. */
+      for (int which = 0; which < 3; which++) {
+        const int64_t len = which == 0 ? n : cols;
+        const double *grad = which == 0 ? vx : which == 1 ? vg : vb;
+        double *base = which == 0 ? x : which == 1 ? gm : bt;
+        tl_fill_randn(dir, len);
+        double analytic = 0, mag = 0;
+        for (int64_t i = 0; i < len; i++) {
+          analytic += grad[i] * dir[i];
+          mag += fabs(grad[i] * dir[i]);
+        }
+        memcpy(tmp, base, (size_t)len * sizeof *tmp);
+        for (int64_t i = 0; i < len; i++) base[i] = tmp[i] + h * dir[i];
+        double lp = loss(x, gm, bt, dout, rows, cols, eps);
+        for (int64_t i = 0; i < len; i++) base[i] = tmp[i] - h * dir[i];
+        double lm = loss(x, gm, bt, dout, rows, cols, eps);
+        memcpy(base, tmp, (size_t)len * sizeof *tmp);
+        double numeric = (lp - lm) / (2 * h);
+        TL_CHECK(fabs(numeric - analytic) <= 1e-6 * (mag + 1),
+                 "finite difference (%s, rows %" PRId64 ", cols %" PRId64 "): %.12g vs %.12g",
+                 which == 0 ? "x" : which == 1 ? "gamma" : "beta", rows, cols, numeric, analytic);
+      }
+      free(vx);
+      free(vg);
+      free(vb);
+    }
+    bk_buffer_release(y);
+    bk_buffer_release(nr);
+    bk_buffer_release(s);
+    bk_buffer_release(gx);
+    bk_buffer_release(gg);
+    bk_buffer_release(gb);
+    bk_buffer_release(bx);
+    bk_buffer_release(bg);
+    bk_buffer_release(bb);
+    bk_buffer_release(bd);
+    free(x);
+    free(dout);
+    free(gm);
+    free(bt);
+    free(dir);
+    free(tmp);
+  }
+}
+
+/* ---- empty cases, eps edge and rejections ---------------------------------------------------- */
+
+static void empty(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    bk_buffer *e = tl_buf(dt, NULL, 0), *g = tl_buf(dt, ex_gamma, 4), *b = tl_buf(dt, ex_beta, 4);
+    bk_buffer *y = NULL, *n = NULL, *s = NULL;
+    if (TL_OK(bk_layernorm_forward(tl_ctx, e, g, b, 0, 4, 1e-5, &y, &n, &s)) == BK_OK) {
+      TL_BUF_EXACT(y, NULL, 0);
+      TL_BUF_EXACT(n, NULL, 0);
+      TL_BUF_EXACT(s, NULL, 0);
+    }
+    bk_buffer_release(y);
+    bk_buffer_release(n);
+    bk_buffer_release(s);
+    bk_buffer *gx = NULL, *gg = NULL, *gb = NULL;
+    if (TL_OK(bk_layernorm_backward(tl_ctx, e, e, e, g, 0, 4, &gx, &gg, &gb)) == BK_OK) {
+      TL_BUF_EXACT(gx, NULL, 0);
+      TL_BUF_EXACT(gg, ((double[]){0, 0, 0, 0}), 4);
+      TL_BUF_EXACT(gb, ((double[]){0, 0, 0, 0}), 4);
+    }
+    bk_buffer_release(gx);
+    bk_buffer_release(gg);
+    bk_buffer_release(gb);
+    bk_buffer_release(e);
+    bk_buffer_release(g);
+    bk_buffer_release(b);
+  }
+}
+
+/* eps == 0 is valid; a constant row with eps 0 divides by zero (IEEE). */
+static void eps_zero(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    bk_buffer *x = tl_buf(dt, (double[]){1, 3, 2, 2}, 4), *g = tl_buf(dt, (double[]){1, 1}, 2);
+    bk_buffer *b = tl_buf(dt, (double[]){0, 0}, 2), *y = NULL, *n = NULL, *s = NULL;
+    if (TL_OK(bk_layernorm_forward(tl_ctx, x, g, b, 2, 2, 0.0, &y, &n, &s)) == BK_OK) {
+      TL_BUF_CLOSE(n, ((double[]){-1, 1, NAN, NAN}), 4, tl_tol_red(dt), 1.0);
+      TL_BUF_CLOSE(s, ((double[]){1, INFINITY}), 2, tl_tol_red(dt), 1.0);
+    }
+    bk_buffer_release(y);
+    bk_buffer_release(n);
+    bk_buffer_release(s);
+    bk_buffer_release(x);
+    bk_buffer_release(g);
+    bk_buffer_release(b);
+  }
+}
+
+static void forward_errors(void) {
+  double v[8] = {0};
+  bk_buffer *x = tl_buf(BK_F32, v, 8), *g = tl_buf(BK_F32, v, 4), *b = tl_buf(BK_F32, v, 4);
+  bk_buffer *g64 = tl_buf(BK_F64, v, 4);
+  bk_buffer *sentinel = (bk_buffer *)&sentinel, *y, *n, *s;
+#define RESET() (y = n = s = sentinel)
+#define CLEARED() TL_CHECK(y == NULL && n == NULL && s == NULL, "out-parameters not cleared")
+  RESET();
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, 4, 1e-5, NULL, &n, &s), BK_ERR_NULL, "out");
+  TL_CHECK(n == NULL && s == NULL, "out-parameters not cleared");
+  RESET();
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, 4, 1e-5, &y, NULL, &s), BK_ERR_NULL,
+            "normalized");
+  TL_CHECK(y == NULL && s == NULL, "out-parameters not cleared");
+  RESET();
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, 4, 1e-5, &y, &n, NULL), BK_ERR_NULL,
+            "inv_std");
+  TL_CHECK(y == NULL && n == NULL, "out-parameters not cleared");
+  RESET();
+  TL_REJECT(bk_layernorm_forward(tl_ctx, NULL, g, b, 2, 4, 1e-5, &y, &n, &s), BK_ERR_NULL, "x");
+  CLEARED();
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, NULL, b, 2, 4, 1e-5, &y, &n, &s), BK_ERR_NULL, "gamma");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, NULL, 2, 4, 1e-5, &y, &n, &s), BK_ERR_NULL, "beta");
+  RESET();
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, -2, 4, 1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "rows = -2");
+  CLEARED();
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, -4, 1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "cols = -4");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, 0, 1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "cols = 0");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 0, 0, 1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "cols = 0");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, 4, -1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "eps");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, 4, NAN, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "eps");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, 4, INFINITY, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "eps");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 4, 2, 1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "gamma has length 4, expected 2");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, 2, 3, 1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "x has length 8, expected 6");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, x, 2, 4, 1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "beta has length 8, expected 4");
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g, b, INT64_MAX, 4, 1e-5, &y, &n, &s),
+            BK_ERR_INVALID_ARGUMENT, "overflow");
+  RESET();
+  TL_REJECT(bk_layernorm_forward(tl_ctx, x, g64, b, 2, 4, 1e-5, &y, &n, &s), BK_ERR_DTYPE,
+            "gamma");
+  CLEARED();
+  bk_context *other = tl_other_ctx();
+  if (other) {
+    RESET();
+    TL_REJECT(bk_layernorm_forward(other, x, g, b, 2, 4, 1e-5, &y, &n, &s),
+              BK_ERR_DEVICE_MISMATCH, "ctx");
+    CLEARED();
+  }
+#undef RESET
+#undef CLEARED
+  bk_buffer_release(x);
+  bk_buffer_release(g);
+  bk_buffer_release(b);
+  bk_buffer_release(g64);
+}
+
+static void backward_errors(void) {
+  double v[8] = {0};
+  bk_buffer *d = tl_buf(BK_F32, v, 8), *nr = tl_buf(BK_F32, v, 8), *s = tl_buf(BK_F32, v, 2);
+  bk_buffer *g = tl_buf(BK_F32, v, 4), *s64 = tl_buf(BK_F64, v, 2);
+  bk_buffer *sentinel = (bk_buffer *)&sentinel, *gx, *gg, *gb;
+#define RESET() (gx = gg = gb = sentinel)
+#define CLEARED() TL_CHECK(gx == NULL && gg == NULL && gb == NULL, "out-parameters not cleared")
+  RESET();
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, g, 2, 4, NULL, &gg, &gb), BK_ERR_NULL, "dx");
+  TL_CHECK(gg == NULL && gb == NULL, "out-parameters not cleared");
+  RESET();
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, g, 2, 4, &gx, NULL, &gb), BK_ERR_NULL,
+            "dgamma");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, g, 2, 4, &gx, &gg, NULL), BK_ERR_NULL,
+            "dbeta");
+  RESET();
+  TL_REJECT(bk_layernorm_backward(tl_ctx, NULL, nr, s, g, 2, 4, &gx, &gg, &gb), BK_ERR_NULL,
+            "dout");
+  CLEARED();
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, NULL, s, g, 2, 4, &gx, &gg, &gb), BK_ERR_NULL,
+            "normalized");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, NULL, g, 2, 4, &gx, &gg, &gb), BK_ERR_NULL,
+            "inv_std");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, NULL, 2, 4, &gx, &gg, &gb), BK_ERR_NULL,
+            "gamma");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, g, -1, 4, &gx, &gg, &gb),
+            BK_ERR_INVALID_ARGUMENT, "rows = -1");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, g, 2, -4, &gx, &gg, &gb),
+            BK_ERR_INVALID_ARGUMENT, "cols = -4");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, g, 0, 0, &gx, &gg, &gb),
+            BK_ERR_INVALID_ARGUMENT, "cols = 0");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, g, 4, 2, &gx, &gg, &gb),
+            BK_ERR_INVALID_ARGUMENT, "inv_std has length 2, expected 4");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, s, s, g, 2, 4, &gx, &gg, &gb),
+            BK_ERR_INVALID_ARGUMENT, "normalized has length 2, expected 8");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, s, nr, s, g, 2, 4, &gx, &gg, &gb),
+            BK_ERR_INVALID_ARGUMENT, "dout has length 2, expected 8");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, s, 2, 4, &gx, &gg, &gb),
+            BK_ERR_INVALID_ARGUMENT, "gamma has length 2, expected 4");
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s, g, INT64_MAX, 2, &gx, &gg, &gb),
+            BK_ERR_INVALID_ARGUMENT, "overflow");
+  RESET();
+  TL_REJECT(bk_layernorm_backward(tl_ctx, d, nr, s64, g, 2, 4, &gx, &gg, &gb), BK_ERR_DTYPE,
+            "inv_std");
+  CLEARED();
+  bk_context *other = tl_other_ctx();
+  if (other) {
+    RESET();
+    TL_REJECT(bk_layernorm_backward(other, d, nr, s, g, 2, 4, &gx, &gg, &gb),
+              BK_ERR_DEVICE_MISMATCH, "ctx");
+    CLEARED();
+  }
+#undef RESET
+#undef CLEARED
+  bk_buffer_release(d);
+  bk_buffer_release(nr);
+  bk_buffer_release(s);
+  bk_buffer_release(g);
+  bk_buffer_release(s64);
+}
+
+/* Every allocation of a call fails in turn: the call reports
+ * BK_ERR_OUT_OF_MEMORY, clears all three out-parameters and leaks none of
+ * the results it had already made. */
+static void allocation_failures(void) {
+  bk_buffer *x = tl_buf(BK_F64, ex_x, 8), *g = tl_buf(BK_F64, ex_gamma, 4);
+  bk_buffer *b = tl_buf(BK_F64, ex_beta, 4), *e = tl_buf(BK_F64, NULL, 0);
+  bk_buffer *s = tl_buf(BK_F64, ex_gamma, 2);
+  for (int which = 0; which < 3; which++) {
+    int64_t live = bk__live_buffers(), k;
+    for (k = 1; k < 100; k++) {
+      bk_buffer *o1 = (bk_buffer *)&o1, *o2 = o1, *o3 = o1;
+      bk__inject_arm(k);
+      /* which: 0 forward, 1 backward, 2 backward with rows == 0 (zeros). */
+      bk_status st = which == 0   ? bk_layernorm_forward(tl_ctx, x, g, b, 2, 4, 1e-5, &o1, &o2, &o3)
+                     : which == 1 ? bk_layernorm_backward(tl_ctx, x, x, s, g, 2, 4, &o1, &o2, &o3)
+                                  : bk_layernorm_backward(tl_ctx, e, e, e, g, 0, 4, &o1, &o2, &o3);
+      bk__inject_arm(0);
+      if (st == BK_OK) {
+        bk_buffer_release(o1);
+        bk_buffer_release(o2);
+        bk_buffer_release(o3);
+        break;
+      }
+      TL_CHECK(st == BK_ERR_OUT_OF_MEMORY && !o1 && !o2 && !o3 && bk__live_buffers() == live,
+               "case %d, failing allocation %" PRId64 ": status %d", which, k, (int)st);
+    }
+    TL_CHECK(k > 1 && k < 100, "case %d: the call made %" PRId64 " allocations", which, k);
+  }
+  bk_buffer_release(x);
+  bk_buffer_release(g);
+  bk_buffer_release(b);
+  bk_buffer_release(e);
+  bk_buffer_release(s);
+}
+
+int main(void) {
+  if (!tl_init()) return 0;
+  TL_RUN(examples);
+  TL_RUN(random_cases);
+  TL_RUN(finite_differences);
+  TL_RUN(empty);
+  TL_RUN(eps_zero);
+  TL_RUN(forward_errors);
+  TL_RUN(backward_errors);
+  TL_RUN(allocation_failures);
+  return tl_finish();
+}

@@ -1,0 +1,288 @@
+/*
+ * test_softmax.c — bk_softmax along every axis of tensors of rank 1..16.
+ */
+#include "testlib.h"
+
+#include "core/internal.h"
+
+/* The contract's examples are printed to 7 digits. */
+static double example_tol(bk_dtype dt) { return fmax(1e-6, tl_tol_red(dt)); }
+
+/* Float64 softmax of x (dims, rank) along axis into ref, fibre by fibre in
+ * the textbook form exp(x - m) / sum exp(x - m). */
+static void softmax_ref(const double *x, double *ref, const int64_t *dims, int rank, int axis) {
+  int64_t outer = 1, inner = 1, n = dims[axis];
+  for (int i = 0; i < axis; i++) outer *= dims[i];
+  for (int i = axis + 1; i < rank; i++) inner *= dims[i];
+  for (int64_t o = 0; o < outer; o++) {
+    for (int64_t t = 0; t < inner; t++) {
+      int64_t base = o * n * inner + t;
+      double m = -INFINITY, s = 0;
+      int nan = 0;
+      for (int64_t j = 0; j < n; j++) {
+        double v = x[base + j * inner];
+        if (isnan(v)) nan = 1;
+        if (v > m) m = v;
+      }
+      for (int64_t j = 0; j < n; j++) s += exp(x[base + j * inner] - m);
+      for (int64_t j = 0; j < n; j++)
+        ref[base + j * inner] = (nan || isinf(m)) ? NAN : exp(x[base + j * inner] - m) / s;
+    }
+  }
+}
+
+/* ---- examples ----------------------------------------------------------------- */
+
+static void softmax_examples(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    const double x[] = {0.10, -0.20, 0.30, 0.05, 0.25, -0.15};
+    const double want[] = {0.3375845, 0.2500888, 0.4123267, 0.3289329, 0.4017596, 0.2693075};
+    bk_buffer *b = tl_buf(dt, x, 6), *y = NULL;
+    if (TL_OK(bk_softmax(tl_ctx, b, (int64_t[]){2, 3}, 2, 1, &y)) == BK_OK)
+      TL_BUF_CLOSE(y, want, 6, example_tol(dt), 1.0);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+
+    /* Huge logits must not overflow: the maximum is subtracted first. */
+    const double big[] = {1000, 1000, -1000, 1e30, 1e30, 0};
+    const double big_want[] = {0.5, 0.5, 0, 0.5, 0.5, 0};
+    b = tl_buf(dt, big, 6);
+    if (TL_OK(bk_softmax(tl_ctx, b, (int64_t[]){2, 3}, 2, 1, &y)) == BK_OK)
+      TL_BUF_CLOSE(y, big_want, 6, tl_tol_red(dt), 1.0);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+
+    /* A single-element fibre is exactly 1. */
+    const double one[] = {-3, 7, 1e20};
+    b = tl_buf(dt, one, 3);
+    if (TL_OK(bk_softmax(tl_ctx, b, (int64_t[]){3, 1}, 2, 1, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ((double[]){1, 1, 1}), 3);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+  }
+}
+
+/* ---- IEEE behaviour -------------------------------------------------------------------- */
+
+/* dims (3, 5), axis 0: one fibre per column, each with its own special
+ * values; the other columns must be unaffected. */
+static void softmax_ieee(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    const double inf = INFINITY;
+    /* columns: NaN | +inf | only -inf | -inf and numbers | all NaN */
+    const double x[] = {NAN,  1,    -inf, -inf, NAN,
+                        0,    inf,  -inf, 0,    NAN,
+                        2,    2,    -inf, 0,    NAN};
+    const double want[] = {NAN, NAN, NAN, 0,   NAN,
+                           NAN, NAN, NAN, 0.5, NAN,
+                           NAN, NAN, NAN, 0.5, NAN};
+    bk_buffer *b = tl_buf(dt, x, 15), *y = NULL;
+    if (TL_OK(bk_softmax(tl_ctx, b, (int64_t[]){3, 5}, 2, 0, &y)) == BK_OK)
+      TL_BUF_EXACT(y, want, 15);
+    bk_buffer_release(y);
+    /* The same data along axis 1: every row holds a NaN or +inf. */
+    if (TL_OK(bk_softmax(tl_ctx, b, (int64_t[]){3, 5}, 2, 1, &y)) == BK_OK) {
+      double *g = tl_read(y);
+      int all_nan = 1;
+      for (int i = 0; i < 15; i++) all_nan &= isnan(g[i]) != 0;
+      TL_CHECK(all_nan, "rows holding NaN or +inf must be all NaN");
+      free(g);
+    }
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+
+    /* Two +inf entries: still NaN (inf - inf), never a silent 0.5. */
+    const double twoinf[] = {inf, inf, 0};
+    b = tl_buf(dt, twoinf, 3);
+    if (TL_OK(bk_softmax(tl_ctx, b, (int64_t[]){3}, 1, 0, &y)) == BK_OK)
+      TL_BUF_EXACT(y, ((double[]){NAN, NAN, NAN}), 3);
+    bk_buffer_release(y);
+    bk_buffer_release(b);
+  }
+}
+
+/* ---- random tensors against the float64 reference ----------------------------------------- */
+
+static void softmax_random(void) {
+  static const struct {
+    int rank;
+    int64_t dims[5];
+  } shapes[] = {
+      {1, {1}},           {1, {7}},          {2, {3, 4}},      {3, {2, 3, 4}},
+      {4, {2, 1, 3, 5}},  {3, {4, 70, 3}},   {3, {2, 5, 130}}, {2, {8, 4096}},
+      {3, {64, 3, 200}},  {5, {2, 3, 1, 4, 2}}, {2, {3000, 2}},
+  };
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      int rank = shapes[s].rank;
+      const int64_t *dims = shapes[s].dims;
+      int64_t n = 1;
+      for (int i = 0; i < rank; i++) n *= dims[i];
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(200 + s);
+      for (int64_t i = 0; i < n; i++) x[i] = 4 * tl_randn();
+      /* A few exact ties and -inf entries inside otherwise finite fibres. */
+      if (n > 4) {
+        x[1] = x[0];
+        x[n - 1] = -INFINITY;
+      }
+      tl_round(dt, x, n);
+      bk_buffer *b = tl_buf(dt, x, n);
+      for (int axis = 0; axis < rank; axis++) {
+        softmax_ref(x, ref, dims, rank, axis);
+        bk_buffer *y = NULL, *y2 = NULL;
+        if (TL_OK(bk_softmax(tl_ctx, b, dims, rank, axis, &y)) == BK_OK) {
+          TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
+          if (TL_OK(bk_softmax(NULL, b, dims, rank, axis, &y2)) == BK_OK)
+            TL_CHECK(tl_same_bits(y, y2), "softmax is not deterministic");
+        }
+        bk_buffer_release(y);
+        bk_buffer_release(y2);
+      }
+      TL_UNCHANGED(b, x, n);
+      bk_buffer_release(b);
+      free(x);
+      free(ref);
+    }
+  }
+}
+
+/* Determinism on the context under test, on a tensor large enough to run
+ * in parallel. */
+static void softmax_determinism(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    int64_t dims[] = {16, 513, 9};
+    int64_t n = 16 * 513 * 9;
+    double *x = tl_xmalloc((size_t)n * sizeof *x);
+    tl_seed(7);
+    tl_fill_randn(x, n);
+    bk_buffer *b = tl_buf(dt, x, n);
+    for (int axis = 0; axis < 3; axis++) {
+      bk_buffer *y = NULL, *y2 = NULL;
+      if (TL_OK(bk_softmax(tl_ctx, b, dims, 3, axis, &y)) == BK_OK &&
+          TL_OK(bk_softmax(tl_ctx, b, dims, 3, axis, &y2)) == BK_OK)
+        TL_CHECK(tl_same_bits(y, y2), "softmax axis %d is not deterministic", axis);
+      bk_buffer_release(y);
+      bk_buffer_release(y2);
+    }
+    bk_buffer_release(b);
+    free(x);
+  }
+}
+
+/* Rank 16 (the maximum) with a non-trivial axis somewhere in the middle. */
+static void softmax_max_rank(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    int64_t dims[16];
+    for (int i = 0; i < 16; i++) dims[i] = 1;
+    dims[3] = 2;
+    dims[9] = 3;
+    dims[15] = 2;
+    const int64_t n = 12;
+    double x[12], ref[12];
+    tl_seed(9);
+    tl_fill_randn(x, n);
+    tl_round(dt, x, n);
+    bk_buffer *b = tl_buf(dt, x, n);
+    for (int axis = 0; axis < 16; axis++) {
+      softmax_ref(x, ref, dims, 16, axis);
+      bk_buffer *y = NULL;
+      if (TL_OK(bk_softmax(tl_ctx, b, dims, 16, axis, &y)) == BK_OK)
+        TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
+      bk_buffer_release(y);
+    }
+    bk_buffer_release(b);
+  }
+}
+
+/* ---- empty tensors --------------------------------------------------------------------------- */
+
+static void softmax_empty(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    bk_buffer *e = tl_buf(dt, NULL, 0), *y = NULL;
+    static const struct {
+      int rank, axis;
+      int64_t dims[3];
+    } cases[] = {{1, 0, {0}}, {2, 1, {0, 5}}, {2, 0, {0, 5}}, {3, 1, {3, 0, 2}}, {3, 2, {3, 2, 0}}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+      y = NULL;
+      if (TL_OK(bk_softmax(tl_ctx, e, cases[i].dims, cases[i].rank, cases[i].axis, &y)) == BK_OK)
+        TL_BUF_EXACT(y, NULL, 0);
+      bk_buffer_release(y);
+    }
+    bk_buffer_release(e);
+  }
+}
+
+/* ---- rejections ---------------------------------------------------------------------------------- */
+
+static void softmax_errors(void) {
+  double x[6] = {0};
+  int64_t dims[] = {2, 3};
+  bk_buffer *b = tl_buf(BK_F32, x, 6), *y = (bk_buffer *)&y;
+  TL_REJECT(bk_softmax(tl_ctx, b, dims, 2, 1, NULL), BK_ERR_NULL, "out");
+  TL_REJECT(bk_softmax(tl_ctx, NULL, dims, 2, 1, &y), BK_ERR_NULL, "x");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  y = (bk_buffer *)&y;
+  TL_REJECT(bk_softmax(tl_ctx, b, NULL, 2, 1, &y), BK_ERR_NULL, "dims");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  TL_REJECT(bk_softmax(tl_ctx, b, dims, 0, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank = 0");
+  TL_REJECT(bk_softmax(tl_ctx, b, dims, 17, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank = 17");
+  TL_REJECT(bk_softmax(tl_ctx, b, dims, -1, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank");
+  TL_REJECT(bk_softmax(tl_ctx, b, dims, 2, 2, &y), BK_ERR_INVALID_ARGUMENT, "axis = 2");
+  TL_REJECT(bk_softmax(tl_ctx, b, dims, 2, -1, &y), BK_ERR_INVALID_ARGUMENT, "axis = -1");
+  TL_REJECT(bk_softmax(tl_ctx, b, (int64_t[]){2, -3}, 2, 1, &y), BK_ERR_INVALID_ARGUMENT,
+            "dims[1]");
+  TL_REJECT(bk_softmax(tl_ctx, b, (int64_t[]){2, 4}, 2, 1, &y), BK_ERR_INVALID_ARGUMENT,
+            "x has length 6, expected 8");
+  TL_REJECT(bk_softmax(tl_ctx, b, (int64_t[]){INT64_MAX, 3}, 2, 0, &y), BK_ERR_INVALID_ARGUMENT,
+            "overflow");
+  /* An empty tensor is still checked: its length must be 0. */
+  TL_REJECT(bk_softmax(tl_ctx, b, (int64_t[]){0, 3}, 2, 0, &y), BK_ERR_INVALID_ARGUMENT,
+            "x has length 6, expected 0");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  bk_context *other = tl_other_ctx();
+  if (other) TL_REJECT(bk_softmax(other, b, dims, 2, 1, &y), BK_ERR_DEVICE_MISMATCH, "ctx");
+  bk_buffer_release(b);
+}
+
+/* Every allocation the call makes fails in turn: each failure returns
+ * BK_ERR_OUT_OF_MEMORY with out NULL and leaves no buffer behind. */
+static void softmax_alloc_failures(void) {
+  double x[6] = {1, 2, 3, 4, 5, 6};
+  bk_buffer *b = tl_buf(BK_F64, x, 6);
+  int64_t live = bk__live_buffers();
+  for (int64_t at = 1; at < 10; at++) {
+    bk_buffer *y = (bk_buffer *)&y;
+    bk__inject_arm(at);
+    bk_status st = bk_softmax(tl_ctx, b, (int64_t[]){2, 3}, 2, 1, &y);
+    bk__inject_arm(0);
+    if (st == BK_OK) {
+      bk_buffer_release(y);
+      break;
+    }
+    TL_CHECK(st == BK_ERR_OUT_OF_MEMORY && y == NULL, "allocation %" PRId64 ": status %d", at,
+             (int)st);
+    TL_CHECK(bk__live_buffers() == live, "allocation %" PRId64 ": a buffer leaked", at);
+  }
+  bk_buffer_release(b);
+}
+
+int main(void) {
+  if (!tl_init()) return 0;
+  TL_RUN(softmax_examples);
+  TL_RUN(softmax_ieee);
+  TL_RUN(softmax_random);
+  TL_RUN(softmax_determinism);
+  TL_RUN(softmax_max_rank);
+  TL_RUN(softmax_empty);
+  TL_RUN(softmax_errors);
+  TL_RUN(softmax_alloc_failures);
+  return tl_finish();
+}
