@@ -14,7 +14,9 @@
  *  - Inputs are borrowed (const bk_buffer *): never retained, freed or
  *    written. Every result is a new buffer owned by the caller, returned
  *    through a trailing out-parameter that is written only on success. On
- *    failure every out-parameter is set to NULL and nothing leaks.
+ *    failure every out-parameter is set to NULL and nothing leaks. A NULL
+ *    out-parameter is BK_ERR_NULL naming it, after every other out-parameter
+ *    has been set to NULL.
  *  - All numeric buffers of one call share one dtype (masks and weights
  *    included); a mismatch is BK_ERR_DTYPE. Results keep that dtype.
  *  - A primitive runs on the device of its inputs. All inputs must live on
@@ -41,6 +43,13 @@
  *
  * Thread safety: a context is used by one thread at a time; buffers may be
  * read by many threads at once. Retain and release are thread-safe.
+ *
+ * Streams: work on a CUDA context is ordered on its stream. A buffer made on
+ * one context and read through another (another stream) must be complete
+ * first: call bk_context_synchronize on the producing context, as with any
+ * two CUDA streams. bk_buffer_to_host and bk_buffer_copy with a NULL context
+ * read on the stream of the context that made the buffer, so they need no
+ * such step.
  */
 #ifndef BUFKERN_H
 #define BUFKERN_H
@@ -304,7 +313,10 @@ BK_API BK_NODISCARD bk_status bk_softmax(bk_context *ctx, const bk_buffer *x, co
  * Each term is w * (lse - x); when (lse - x) is not finite the term is
  * recomputed as w*lse - w*x, so a zero weight contributes exactly 0.
  * rows == 0 gives 0; a row with cols == 0 contributes 0. Accumulation is in
- * float64 for both dtypes.
+ * float64 for both dtypes. In the recomputed term a zero factor times an
+ * infinite one is 0, so a zero weight contributes exactly 0 even against a
+ * -inf logit; a positive weight on a -inf logit gives +inf; a NaN anywhere in
+ * a row gives NaN, whatever its weights.
  */
 BK_API BK_NODISCARD bk_status bk_xent_weighted_mean(bk_context *ctx, const bk_buffer *logits,
                                                     const bk_buffer *weights, int64_t rows,
@@ -317,7 +329,10 @@ BK_API BK_NODISCARD bk_status bk_xent_weighted_mean(bk_context *ctx, const bk_bu
  *   loss = (1/max(rows,1)) * sum_r [ log sum_c exp(S - mS_r) - sum_c p*(S - mS_r) ]
  *   grad = (softmax(S_r) - p_r) / max(rows,1)
  * rows == 0 or cols == 0: loss 0, gradient empty. gradient other than 0/1
- * is BK_ERR_INVALID_ARGUMENT.
+ * is BK_ERR_INVALID_ARGUMENT. A teacher probability of exactly 0 contributes
+ * 0 even where the student logit is -inf, so entries masked to -inf in both
+ * operands drop out (the loss stays finite, their gradient is +0); a student
+ * -inf where the teacher has mass gives +inf; NaN propagates.
  */
 BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *student,
                                               const bk_buffer *teacher, int64_t rows,
@@ -343,6 +358,10 @@ BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *
  *  - bias has C_out entries, or is NULL for no bias.
  * *out is (N, C_out, out_1..out_r) row-major; an output volume of 0 gives an
  * empty result.
+ * An input with no elements (C_in == 0 or a zero input extent) but a
+ * nonempty output gives bias broadcast over (N, C_out, out...), or zeros
+ * without a bias. The product of the batch axes is checked for overflow even
+ * when another extent is 0. float32 data accumulates in float64 on the CPU.
  * Returns BK_ERR_INVALID_ARGUMENT for groups <= 0, C_in or C_out not
  * divisible by groups, kernel_dims[1] != C_in, k, stride or dilation <= 0,
  * negative padding, length mismatches; plus the usual statuses.
@@ -366,14 +385,16 @@ BK_API BK_NODISCARD bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, i
                                           int64_t cols, bk_buffer **out);
 
 /* out[i] = max_j x[i,j] ignoring NaN (an all-NaN row gives -inf), length
- * rows; cols == 0 gives rows zeros. */
+ * rows; cols == 0 gives rows zeros. When the maximum is a zero present with
+ * both signs, its sign is unspecified. */
 BK_API BK_NODISCARD bk_status bk_rows_max(bk_context *ctx, const bk_buffer *x, int64_t rows,
                                           int64_t cols, bk_buffer **out);
 
 /* length rows*cols: per row a single 1 at the first maximal coordinate
  * (scan from 0, replace only on strictly greater), 0 elsewhere. Ties go to
  * the lowest index; a row of -inf or NaN selects index 0 unless a later
- * entry compares strictly greater. rows*cols == 0 gives an empty buffer. */
+ * entry compares strictly greater: a NaN is never selected except at index
+ * 0, where nothing can displace it. rows*cols == 0 gives an empty buffer. */
 BK_API BK_NODISCARD bk_status bk_rows_first_max_mask(bk_context *ctx, const bk_buffer *x,
                                                      int64_t rows, int64_t cols,
                                                      bk_buffer **out);
@@ -381,14 +402,19 @@ BK_API BK_NODISCARD bk_status bk_rows_first_max_mask(bk_context *ctx, const bk_b
 /* length rows*cols: out[r,i] = 1 iff fewer than k entries of row r beat
  * entry i, where j beats i when x_j > x_i, or when neither is greater and
  * j < i (so NaN ties with everything by position). k == 0 gives zeros,
- * k >= cols ones; k < 0 is BK_ERR_INVALID_ARGUMENT. Exact. */
+ * k >= cols ones; k < 0 is BK_ERR_INVALID_ARGUMENT. Exact. With NaN a row
+ * may keep more or fewer than k: [1,NaN,2] keeps all three for k = 2 and none
+ * for k = 1. -0 and +0 tie, so position decides. */
 BK_API BK_NODISCARD bk_status bk_rows_topk_mask(bk_context *ctx, const bk_buffer *x, int64_t rows,
                                                 int64_t cols, int64_t k, bk_buffer **out);
 
 /* Hard-masked softmax: allowed <=> mask != 0 (NaN in the mask counts as
  * allowed, being != 0). Per row, max and denominator over allowed entries
  * only; blocked entries are exactly +0; a row with no allowed entry is all
- * zeros. Blocked scores never influence the result. */
+ * zeros. Blocked scores never influence the result. Among the allowed
+ * entries the IEEE rules of bk_softmax hold (a NaN or +inf among them, or
+ * only -inf, makes every allowed entry NaN); a mask entry of -0 counts as
+ * blocked. */
 BK_API BK_NODISCARD bk_status bk_rows_masked_softmax(bk_context *ctx, const bk_buffer *scores,
                                                      const bk_buffer *mask, int64_t rows,
                                                      int64_t cols, bk_buffer **out);
@@ -418,6 +444,9 @@ BK_API BK_NODISCARD bk_status bk_broadcast_col(bk_context *ctx, const bk_buffer 
  * output coordinate otherwise. Invalid: an entry outside [0, in_rank], an
  * input axis used twice or never, in_dims[a] neither 1 nor out_dims[j].
  * Input axes may be mapped in any order (a permutation is allowed).
+ * in_rank and out_rank are each in [0, BK_MAX_RANK]; in_dims, out_dims and
+ * axis_map may be NULL only when their rank is 0. With in_rank == out_rank ==
+ * 0, x has one element and the result is a copy of it.
  */
 BK_API BK_NODISCARD bk_status bk_broadcast_to(bk_context *ctx, const bk_buffer *x,
                                               const int64_t *in_dims, int in_rank,
@@ -426,14 +455,17 @@ BK_API BK_NODISCARD bk_status bk_broadcast_to(bk_context *ctx, const bk_buffer *
 
 /* The sum-adjoint of bk_broadcast_to with the same geometry: din[i] is the
  * sum of dout[o] over every output coordinate o mapped to i, folded in
- * row-major order of the output. *out has product(in_dims) elements. */
+ * row-major order of the output. *out has product(in_dims) elements. An
+ * empty dout gives product(in_dims) zeros (the input can be non-empty when an
+ * inserted output axis, or one reading an input axis of extent 1, has extent
+ * 0). */
 BK_API BK_NODISCARD bk_status bk_broadcast_to_adjoint(bk_context *ctx, const bk_buffer *dout,
                                                       const int64_t *in_dims, int in_rank,
                                                       const int64_t *out_dims, int out_rank,
                                                       const int64_t *axis_map, bk_buffer **out);
 
 /* Transposes axes depth and depth+1 of the tensor dims; requires
- * 0 <= depth and depth + 1 < rank. */
+ * 0 <= depth and depth + 1 < rank. An empty tensor gives an empty result. */
 BK_API BK_NODISCARD bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer *x,
                                                const int64_t *dims, int rank, int depth,
                                                bk_buffer **out);
@@ -441,7 +473,8 @@ BK_API BK_NODISCARD bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer 
 /* Sum over `axis` (0 <= axis < rank), result row-major with the axis
  * removed. rank 0 returns a copy of the single element; a zero-extent axis
  * gives zeros. Summed in index order along the axis (float64 accumulation
- * for float32 data on the CPU). */
+ * for float32 data on the CPU). For rank 0, axis must be 0 and the result is
+ * a copy. The result length is overflow-checked even when x is empty. */
 BK_API BK_NODISCARD bk_status bk_sum_axis(bk_context *ctx, const bk_buffer *x,
                                           const int64_t *dims, int rank, int axis,
                                           bk_buffer **out);
@@ -458,7 +491,9 @@ BK_API BK_NODISCARD bk_status bk_sum_axis(bk_context *ctx, const bk_buffer *x,
  * Statistics are as accurate as a two-pass float64 computation rounded to
  * the dtype. cols == 0, eps < 0 or non-finite eps is
  * BK_ERR_INVALID_ARGUMENT; rows == 0 gives empty results. On failure all
- * three out-parameters are NULL.
+ * three out-parameters are NULL; a NULL out-parameter is BK_ERR_NULL naming
+ * it. A row with zero variance and eps == 0 gives inv_std = +inf and NaN
+ * normalized and out entries (IEEE 0 * inf); nothing is clamped.
  */
 BK_API BK_NODISCARD bk_status bk_layernorm_forward(bk_context *ctx, const bk_buffer *x,
                                                    const bk_buffer *gamma, const bk_buffer *beta,
@@ -471,8 +506,9 @@ BK_API BK_NODISCARD bk_status bk_layernorm_forward(bk_context *ctx, const bk_buf
  * S1 = sum g, S2 = sum g*normalized;
  * dx = inv_std/cols * (cols*g - S1 - normalized*S2) (rows, cols);
  * dgamma[j] = sum_i dout[i,j]*normalized[i,j]; dbeta[j] = sum_i dout[i,j]
- * (cols each, summed in row order). cols == 0 is BK_ERR_INVALID_ARGUMENT;
- * rows == 0 gives empty dx and zero dgamma, dbeta.
+ * (cols each, summed over rows in a fixed order: increasing row order on the
+ * CPU, fixed-size row blocks folded in order on CUDA). cols == 0 is
+ * BK_ERR_INVALID_ARGUMENT; rows == 0 gives empty dx and zero dgamma, dbeta.
  */
 BK_API BK_NODISCARD bk_status bk_layernorm_backward(bk_context *ctx, const bk_buffer *dout,
                                                     const bk_buffer *normalized,
@@ -490,7 +526,9 @@ BK_API BK_NODISCARD bk_status bk_layernorm_backward(bk_context *ctx, const bk_bu
  * trans_a == 1, A is stored (batch,n,m); with trans_b == 1, B is stored
  * (batch,p,n). No transposed copy is made. n == 0 gives zeros. Never uses
  * reduced-precision modes (no TF32). Flags other than 0/1 are
- * BK_ERR_INVALID_ARGUMENT.
+ * BK_ERR_INVALID_ARGUMENT. On the CPU, products go through OpenBLAS when the
+ * build has it (float32 data then accumulates in float32), otherwise through
+ * blocked loops that accumulate in float64; on CUDA through cuBLAS.
  */
 BK_API BK_NODISCARD bk_status bk_bmm(bk_context *ctx, const bk_buffer *A, const bk_buffer *B,
                                      int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a,
@@ -504,7 +542,9 @@ BK_API BK_NODISCARD bk_status bk_bmm(bk_context *ctx, const bk_buffer *A, const 
  * entry is non-finite, a result entry has magnitude below the dtype's
  * smallest normal (exact zero included), or scale*n*max|A|*max|B| exceeds
  * the dtype's largest finite value; otherwise 0. An empty result (batch, m
- * or p zero) sets 0. Synchronizes once to read the flag. Not a certified
+ * or p zero) sets 0; n == 0 with a nonempty result gives zeros and sets 1
+ * (zero is below the smallest normal). The flag tests the result entries as
+ * stored in the dtype. Synchronizes once to read the flag. Not a certified
  * error bound. On failure *out is NULL and *range_loss is 0.
  */
 BK_API BK_NODISCARD bk_status bk_bmm_scaled(bk_context *ctx, const bk_buffer *A,
@@ -519,17 +559,22 @@ BK_API BK_NODISCARD bk_status bk_bmm_scaled(bk_context *ctx, const bk_buffer *A,
 /* x (batch, n) -> (batch, n/2+1, 2) holding [re, im] of
  * X[k] = sum_t x[t] e^{-2 pi i k t / n}, k = 0..n/2 (unnormalized). n >= 1
  * (any n, odd and prime included); n == 0 is BK_ERR_INVALID_ARGUMENT;
- * batch == 0 gives an empty result. */
+ * batch == 0 gives an empty result. The imaginary parts of bin 0 and, for
+ * even n, bin n/2 are stored as exact +0. */
 BK_API BK_NODISCARD bk_status bk_rfft(bk_context *ctx, const bk_buffer *x, int64_t batch,
                                       int64_t n, bk_buffer **out);
 
 /* Inverse of bk_rfft with the 1/n factor: spec (batch, n/2+1, 2) -> (batch,
- * n). The imaginary parts of bin 0 and, for even n, bin n/2 are ignored. */
+ * n). The imaginary parts of bin 0 and, for even n, bin n/2 are ignored:
+ * their values, NaN and infinities included, do not affect the result. */
 BK_API BK_NODISCARD bk_status bk_irfft(bk_context *ctx, const bk_buffer *spec, int64_t batch,
                                        int64_t n, bk_buffer **out);
 
 /* bk_irfft without the 1/n factor (the transform itself, not a scaled
- * result); the adjoint of bk_rfft up to the packing weights. */
+ * result); the adjoint of bk_rfft up to the packing weights: for real x (n)
+ * and a half spectrum Y, sum_t x[t] * irfft_unnormalized(Y)[t] =
+ * sum_k w_k (Re X_k Re Y_k + Im X_k Im Y_k) with X = rfft(x), w_k = 1 for bin
+ * 0 and (even n) bin n/2, and 2 otherwise. */
 BK_API BK_NODISCARD bk_status bk_irfft_unnormalized(bk_context *ctx, const bk_buffer *spec,
                                                     int64_t batch, int64_t n, bk_buffer **out);
 
@@ -548,7 +593,9 @@ BK_API BK_NODISCARD bk_status bk_scan_diag(bk_context *ctx, const bk_buffer *A, 
  * g[t] = dy[t] + A*g[t+1] (g[seq_len] = 0); dA = sum_t g[t]*h[t-1],
  * dB = sum_t g[t]*X[t] (summed from t = seq_len-1 down to 0), dX[t] = g[t]*B,
  * dh0 = A*g[0]. dA, dB, dh0 have state entries, dX (seq_len, state).
- * Empty cases: empty dX and state zeros for dA, dB, dh0. */
+ * h[t-1] is read from `out` as stored (h0 at t = 0), so the gradients are
+ * those of the stored forward values. Empty cases: empty dX and state zeros
+ * for dA, dB, dh0. On failure all four out-parameters are NULL. */
 BK_API BK_NODISCARD bk_status bk_scan_diag_backward(bk_context *ctx, const bk_buffer *A,
                                                     const bk_buffer *B, const bk_buffer *X,
                                                     const bk_buffer *h0, const bk_buffer *out,
@@ -582,8 +629,9 @@ BK_API BK_NODISCARD bk_status bk_scan_diag_var_backward(bk_context *ctx, const b
 
 /* (k, cols): out[r,:] = mat[indices[r],:] when indices[r] < rows, else an
  * exact +0 row. indices may be NULL only when k == 0. An index above
- * UINT32_MAX is BK_ERR_INVALID_ARGUMENT. The host array may be reused as
- * soon as the call returns. */
+ * UINT32_MAX is BK_ERR_INVALID_ARGUMENT, checked for every index even when
+ * cols == 0 makes the result empty. The host array may be reused as soon as
+ * the call returns. */
 BK_API BK_NODISCARD bk_status bk_rows_gather(bk_context *ctx, const bk_buffer *mat, int64_t rows,
                                              int64_t cols, const uint64_t *indices, int64_t k,
                                              bk_buffer **out);
@@ -591,7 +639,9 @@ BK_API BK_NODISCARD bk_status bk_rows_gather(bk_context *ctx, const bk_buffer *m
 /* out = mat plus, for each r with indices[r] < rows, values[r,:] added into
  * row indices[r]; out-of-range indices are ignored; repeated indices fold in
  * increasing r onto the base row: ((mat[i] + v_first) + v_second) + ...
- * values is (k, cols). Deterministic (no atomics). */
+ * values is (k, cols). Deterministic (no atomics); each step rounds to the
+ * dtype. rows == 0 or cols == 0 gives an empty result; k == 0 (indices may
+ * then be NULL) gives a copy of mat. */
 BK_API BK_NODISCARD bk_status bk_rows_scatter_add(bk_context *ctx, const bk_buffer *mat,
                                                   const bk_buffer *values, int64_t rows,
                                                   int64_t cols, const uint64_t *indices,
