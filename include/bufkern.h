@@ -361,7 +361,10 @@ BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *
  * An input with no elements (C_in == 0 or a zero input extent) but a
  * nonempty output gives bias broadcast over (N, C_out, out...), or zeros
  * without a bias. The product of the batch axes is checked for overflow even
- * when another extent is 0. float32 data accumulates in float64 on the CPU.
+ * when another extent is 0. float32 data accumulates in float64 on the CPU;
+ * on CUDA it accumulates in float32 (cuDNN in FMA math, never TF32,
+ * deterministic algorithms only), and depthwise 1-D convolutions
+ * (groups == C_in) use a direct kernel.
  * Returns BK_ERR_INVALID_ARGUMENT for groups <= 0, C_in or C_out not
  * divisible by groups, kernel_dims[1] != C_in, k, stride or dilation <= 0,
  * negative padding, length mismatches; plus the usual statuses.
@@ -455,7 +458,8 @@ BK_API BK_NODISCARD bk_status bk_broadcast_to(bk_context *ctx, const bk_buffer *
 
 /* The sum-adjoint of bk_broadcast_to with the same geometry: din[i] is the
  * sum of dout[o] over every output coordinate o mapped to i, folded in
- * row-major order of the output. *out has product(in_dims) elements. An
+ * row-major order of the output, accumulated in float64 for both dtypes and
+ * rounded once. *out has product(in_dims) elements. An
  * empty dout gives product(in_dims) zeros (the input can be non-empty when an
  * inserted output axis, or one reading an input axis of extent 1, has extent
  * 0). */
@@ -472,8 +476,8 @@ BK_API BK_NODISCARD bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer 
 
 /* Sum over `axis` (0 <= axis < rank), result row-major with the axis
  * removed. rank 0 returns a copy of the single element; a zero-extent axis
- * gives zeros. Summed in index order along the axis (float64 accumulation
- * for float32 data on the CPU). For rank 0, axis must be 0 and the result is
+ * gives zeros. Summed in index order along the axis (float64 accumulation,
+ * rounded once, on every backend). For rank 0, axis must be 0 and the result is
  * a copy. The result length is overflow-checked even when x is empty. */
 BK_API BK_NODISCARD bk_status bk_sum_axis(bk_context *ctx, const bk_buffer *x,
                                           const int64_t *dims, int rank, int axis,
@@ -545,7 +549,12 @@ BK_API BK_NODISCARD bk_status bk_bmm(bk_context *ctx, const bk_buffer *A, const 
  * or p zero) sets 0; n == 0 with a nonempty result gives zeros and sets 1
  * (zero is below the smallest normal). The flag tests the result entries as
  * stored in the dtype. Synchronizes once to read the flag. Not a certified
- * error bound. On failure *out is NULL and *range_loss is 0.
+ * error bound. On failure *out is NULL and *range_loss is 0. On CUDA the
+ * split is decided on the device without an extra synchronization: when no
+ * partial product or sum can leave the normal range and scale is a normal
+ * number of the dtype, the inputs are used as they are and scale multiplies
+ * the result; otherwise exact power-of-two scaled copies of the operands are
+ * made. Scratch memory the size of A and B is reserved either way.
  */
 BK_API BK_NODISCARD bk_status bk_bmm_scaled(bk_context *ctx, const bk_buffer *A,
                                             const bk_buffer *B, int64_t batch, int64_t m,
@@ -566,7 +575,9 @@ BK_API BK_NODISCARD bk_status bk_rfft(bk_context *ctx, const bk_buffer *x, int64
 
 /* Inverse of bk_rfft with the 1/n factor: spec (batch, n/2+1, 2) -> (batch,
  * n). The imaginary parts of bin 0 and, for even n, bin n/2 are ignored:
- * their values, NaN and infinities included, do not affect the result. */
+ * their values, NaN and infinities included, do not affect the result. On
+ * CUDA the 1/n factor is applied to the spectrum in float64 (rounded once) as
+ * it is copied for the inverse transform, not to the result. */
 BK_API BK_NODISCARD bk_status bk_irfft(bk_context *ctx, const bk_buffer *spec, int64_t batch,
                                        int64_t n, bk_buffer **out);
 
@@ -582,6 +593,8 @@ BK_API BK_NODISCARD bk_status bk_irfft_unnormalized(bk_context *ctx, const bk_bu
 /* 3.10 Diagonal selective scans                                             */
 /* ------------------------------------------------------------------------ */
 
+/* The scans compute in float64 for float32 data and round once. */
+
 /* A, B, h0 (state); X (seq_len, state):
  * h[t,j] = A[j]*h[t-1,j] + B[j]*X[t,j], h[-1] = h0; *out (seq_len, state).
  * seq_len == 0 or state == 0: empty result. */
@@ -594,7 +607,10 @@ BK_API BK_NODISCARD bk_status bk_scan_diag(bk_context *ctx, const bk_buffer *A, 
  * dB = sum_t g[t]*X[t] (summed from t = seq_len-1 down to 0), dX[t] = g[t]*B,
  * dh0 = A*g[0]. dA, dB, dh0 have state entries, dX (seq_len, state).
  * h[t-1] is read from `out` as stored (h0 at t = 0), so the gradients are
- * those of the stored forward values. Empty cases: empty dX and state zeros
+ * those of the stored forward values. On CUDA the dA, dB sums are accumulated
+ * in a fixed blocked order (per block of rows, then over blocks, latest time
+ * first): deterministic, not strictly sequential, within the contract's
+ * tolerance. Empty cases: empty dX and state zeros
  * for dA, dB, dh0. On failure all four out-parameters are NULL. */
 BK_API BK_NODISCARD bk_status bk_scan_diag_backward(bk_context *ctx, const bk_buffer *A,
                                                     const bk_buffer *B, const bk_buffer *X,
@@ -641,7 +657,8 @@ BK_API BK_NODISCARD bk_status bk_rows_gather(bk_context *ctx, const bk_buffer *m
  * increasing r onto the base row: ((mat[i] + v_first) + v_second) + ...
  * values is (k, cols). Deterministic (no atomics); each step rounds to the
  * dtype. rows == 0 or cols == 0 gives an empty result; k == 0 (indices may
- * then be NULL) gives a copy of mat. */
+ * then be NULL) gives a copy of mat. On CUDA the update schedule is built on
+ * the host in O(k) time and memory. */
 BK_API BK_NODISCARD bk_status bk_rows_scatter_add(bk_context *ctx, const bk_buffer *mat,
                                                   const bk_buffer *values, int64_t rows,
                                                   int64_t cols, const uint64_t *indices,

@@ -157,8 +157,11 @@ bk_status bk__cuda_cublas(bk_context *ctx, void **handle) {
       return bk__fail(s == CUBLAS_STATUS_ALLOC_FAILED ? BK_ERR_OUT_OF_MEMORY : BK_ERR_DEVICE,
                       "bufkern", "cublasCreate failed (%d)", (int)s);
     (void)cublasSetStream(h, c->stream);
-    /* Full-precision arithmetic only: no TF32 or other reduced modes. */
-    (void)cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
+    /* The default math mode never uses TF32 or other reduced modes for the
+     * CUBLAS_COMPUTE_32F / CUBLAS_COMPUTE_64F compute types the products
+     * ask for; it does allow the FP64 tensor cores, which compute IEEE
+     * double FMAs. */
+    (void)cublasSetMathMode(h, CUBLAS_DEFAULT_MATH);
     c->cublas = h;
   }
   *handle = c->cublas;

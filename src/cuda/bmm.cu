@@ -5,25 +5,28 @@
  * row-major product C = op(A) op(B) is computed as its transpose
  * C^T = op(B)^T op(A)^T: the operands swap places and each row-major matrix
  * is read as the column-major transpose it already is, so the transpose
- * flags map onto cuBLAS's without any copy. The handle runs in
- * CUBLAS_PEDANTIC_MATH and the compute types are the pedantic ones: never
- * TF32 or any other reduced mode.
+ * flags map onto cuBLAS's without any copy. The compute types are
+ * CUBLAS_COMPUTE_32F and CUBLAS_COMPUTE_64F in the handle's default math
+ * mode: full-precision float32 and float64 arithmetic (float64 may run on the
+ * FP64 tensor cores, which are IEEE double FMAs). TF32 and other reduced
+ * modes are used only when asked for (CUBLAS_COMPUTE_32F_FAST_TF32 or
+ * CUBLAS_TF32_TENSOR_OP_MATH), which this file never does.
  *
  * bk_bmm_scaled computes C = scale * op(A) op(B) and the range-loss flag
  * with one synchronization (the flag read at the end). Writing
  * scale = r * 2^e with r in [1, 2), the work is queued as:
- *   1. amax_kernel: max|A|, max|B| and "some entry is not finite", as
- *      per-block partials (max is order-independent, so this is exact and
- *      deterministic);
+ *   1. stats_kernel: per-block largest and smallest nonzero finite |x| of A
+ *      and B and "some entry is not finite" (max and min do not depend on
+ *      the folding order, so this is exact and deterministic);
  *   2. plan_kernel (one block): folds the partials and decides on the device
- *      how the scale is applied. When op(A) op(B) cannot leave the normal
- *      range (n*max|A|*max|B| well below the largest finite value and
- *      max|A|*max|B| well above the subnormals) and scale itself is a normal
+ *      how the scale is applied (see its comment). When no partial product
+ *      or sum can leave the normal range and scale is itself a normal
  *      number of the dtype, the GEMM reads the inputs directly with
- *      alpha = scale. Otherwise 2^e is split exactly between two scaled
- *      copies A' = A*2^ea, B' = B*2^eb (ea + eb = e) chosen so that
- *      max|A'| ~ max|B'| ~ sqrt(2^e max|A| max|B|), and alpha = r. It also
- *      evaluates the conservative bound scale*n*max|A|*max|B| > max finite;
+ *      alpha = scale. Otherwise 2^e is split exactly between scaled copies
+ *      A' = A*2^ea, B' = B*2^eb (ea + eb = e), balanced on the largest
+ *      entries and clamped to keep the smallest ones normal, the split the
+ *      CPU backend makes, and alpha = r. It also evaluates the conservative
+ *      bound scale*n*max|A|*max|B| > max finite;
  *   3. scale_kernel: writes the per-matrix pointer arrays (inputs or copies,
  *      as the plan says) and, only when the plan asks for it, the copies;
  *   4. a pointer-array batched GEMM with alpha and beta read from the plan
@@ -44,21 +47,22 @@
 /* ---- dtype traits ------------------------------------------------------------ */
 
 /* Range constants of a dtype: normal numbers are [2^EMIN, 2^EMAX), PREC bits
- * of significand; VEC elements make one 16-byte access. */
+ * of significand; VEC elements make one 16-byte access. In frexp's terms
+ * (v = f * 2^e, f in [0.5, 1)) a normal number has e in [EMIN + 1, EMAX]. */
 template <typename T> struct bmm_traits;
 template <> struct bmm_traits<float> {
   static constexpr int EMIN = -126, EMAX = 128, PREC = 24, VEC = 4;
   static __host__ __device__ constexpr float min_normal() { return FLT_MIN; }
   static __host__ __device__ constexpr float max_finite() { return FLT_MAX; }
   static constexpr cudaDataType data_type = CUDA_R_32F;
-  static constexpr cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F_PEDANTIC;
+  static constexpr cublasComputeType_t compute_type = CUBLAS_COMPUTE_32F;
 };
 template <> struct bmm_traits<double> {
   static constexpr int EMIN = -1022, EMAX = 1024, PREC = 53, VEC = 2;
   static __host__ __device__ constexpr double min_normal() { return DBL_MIN; }
   static __host__ __device__ constexpr double max_finite() { return DBL_MAX; }
   static constexpr cudaDataType data_type = CUDA_R_64F;
-  static constexpr cublasComputeType_t compute_type = CUBLAS_COMPUTE_64F_PEDANTIC;
+  static constexpr cublasComputeType_t compute_type = CUBLAS_COMPUTE_64F;
 };
 
 /* The device-side decision of bk_bmm_scaled (see the file comment). */
@@ -98,29 +102,41 @@ static __device__ __forceinline__ double pow2_scale(double x, int e, double) {
   return scalbn(x, e);
 }
 
-/* Folds one value into a running max|x| over finite entries and a
- * "not finite" flag. */
+/* Folds one value into the running largest finite |x|, smallest nonzero
+ * finite |x| and "not finite" flag. */
 template <typename T>
-static __device__ __forceinline__ void amax_fold(T v, T &m, int &bad) {
+static __device__ __forceinline__ void stats_fold(T v, T &hi, T &lo, int &bad) {
+  const T a = fabs(v);
   const bool fin = isfinite(v);
   bad |= !fin;
-  m = fin ? fmax(m, fabs(v)) : m;
+  hi = fin ? fmax(hi, a) : hi;
+  lo = (fin && a != (T)0) ? fmin(lo, a) : lo;
 }
 
-/* Block-wide max of m (blockDim.x a multiple of 32, at most 1024); every
- * thread of the block must call it. The result is valid in every thread. */
-template <typename T>
-static __device__ T block_max(T m) {
-  __shared__ T warp_max[32];
-  for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
+/* Block-wide max (IS_MAX) or min of v, blockDim.x a multiple of 32 and at
+ * most 1024; every thread of the block must call it, and every thread gets
+ * the result. `identity` fills the missing warps. */
+template <bool IS_MAX, typename T>
+static __device__ T block_reduce(T v, T identity) {
+  __shared__ T part[32];
+  for (int off = 16; off > 0; off >>= 1) {
+    const T o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = IS_MAX ? fmax(v, o) : fmin(v, o);
+  }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_max[warp] = m;
+  if (lane == 0) part[warp] = v;
   __syncthreads();
-  const int warps = blockDim.x >> 5;
-  m = lane < warps ? warp_max[lane] : (T)0;
-  for (int off = 16; off > 0; off >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, off));
-  __syncthreads(); /* warp_max may be reused by a following call */
-  return m;
+  v = lane < (int)(blockDim.x >> 5) ? part[lane] : identity;
+  for (int off = 16; off > 0; off >>= 1) {
+    const T o = __shfl_xor_sync(0xffffffffu, v, off);
+    v = IS_MAX ? fmax(v, o) : fmin(v, o);
+  }
+  __syncthreads(); /* part may be reused by a following call */
+  return v;
+}
+
+static __device__ __forceinline__ int clamp_int(int v, int lo, int hi) {
+  return v < lo ? lo : (v > hi ? hi : v);
 }
 
 /* floor(v / 2) for any sign. */
@@ -128,19 +144,22 @@ static __device__ __forceinline__ int floor_half(int v) { return v >= 0 ? v / 2 
 
 /* ---- kernels -------------------------------------------------------------------- */
 
-/* Per-block max|x| over finite entries and "some entry is not finite", for
- * A (blockIdx.y == 0) and B (blockIdx.y == 1). Partials are laid out
- * [operand][block]. */
+/* Per-block statistics of A (blockIdx.y == 0) and B (blockIdx.y == 1):
+ * largest finite |x|, smallest nonzero finite |x| (+inf when none) and
+ * "some entry is not finite". Partials are laid out [operand][block]. Max
+ * and min do not depend on the order of folding, so the result is exact
+ * and deterministic. */
 template <typename T>
 static __global__ void __launch_bounds__(256)
-amax_kernel(const T *__restrict__ a, int64_t len_a, const T *__restrict__ b, int64_t len_b,
-            T *__restrict__ part_max, int *__restrict__ part_bad) {
+stats_kernel(const T *__restrict__ a, int64_t len_a, const T *__restrict__ b, int64_t len_b,
+             T *__restrict__ part_hi, T *__restrict__ part_lo, int *__restrict__ part_bad) {
   constexpr int V = bmm_traits<T>::VEC;
   const T *x = blockIdx.y == 0 ? a : b;
   const int64_t len = blockIdx.y == 0 ? len_a : len_b;
   const int64_t tid = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  T m = 0;
+  const T inf = (T)INFINITY;
+  T hi = 0, lo = inf;
   int bad = 0;
   int64_t done = 0;
   if ((reinterpret_cast<uintptr_t>(x) & 15) == 0) {
@@ -155,82 +174,112 @@ amax_kernel(const T *__restrict__ a, int64_t len_a, const T *__restrict__ b, int
       ld16(x + (i + 3 * stride) * V, v3);
 #pragma unroll
       for (int e = 0; e < V; e++) {
-        amax_fold(v0[e], m, bad);
-        amax_fold(v1[e], m, bad);
-        amax_fold(v2[e], m, bad);
-        amax_fold(v3[e], m, bad);
+        stats_fold(v0[e], hi, lo, bad);
+        stats_fold(v1[e], hi, lo, bad);
+        stats_fold(v2[e], hi, lo, bad);
+        stats_fold(v3[e], hi, lo, bad);
       }
     }
     for (; i < nvec; i += stride) {
       T v[V];
       ld16(x + i * V, v);
 #pragma unroll
-      for (int e = 0; e < V; e++) amax_fold(v[e], m, bad);
+      for (int e = 0; e < V; e++) stats_fold(v[e], hi, lo, bad);
     }
     done = nvec * V;
   }
-  for (int64_t i = done + tid; i < len; i += stride) amax_fold(__ldg(x + i), m, bad);
+  for (int64_t i = done + tid; i < len; i += stride) stats_fold(__ldg(x + i), hi, lo, bad);
   bad = __syncthreads_or(bad);
-  m = block_max(m);
+  hi = block_reduce<true>(hi, (T)0);
+  lo = block_reduce<false>(lo, inf);
   if (threadIdx.x == 0) {
     const int64_t slot = (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
-    part_max[slot] = m;
+    part_hi[slot] = hi;
+    part_lo[slot] = lo;
     part_bad[slot] = bad;
   }
 }
 
 /* One block: folds the partials of both operands and writes the plan. The
- * scale arrives as scale = sr * 2^se with sr in [1, 2). */
+ * scale arrives as scale = sr * 2^se with sr in [1, 2).
+ *
+ * The GEMM reads the inputs unscaled, with alpha = scale, when that loses
+ * nothing: scale is a normal number of the dtype (with a factor-2 margin
+ * below the largest), n*max|A|*max|B| is below half the largest finite
+ * value, and the product of the smallest nonzero entries is normal, so no
+ * partial product or sum leaves the normal range. Otherwise the operands
+ * are scaled by 2^ea and 2^eb (ea + eb = se) and alpha = sr. The split is
+ * the CPU backend's: ea balances the largest entries of the two copies,
+ * clamped so that neither copy overflows and, where the operands' ranges
+ * allow, neither copy's smallest nonzero entry leaves the normal range. */
 template <typename T>
 static __global__ void __launch_bounds__(256)
-plan_kernel(const T *__restrict__ part_max, const int *__restrict__ part_bad, int parts,
-            double scale, int se, double sr, int64_t n, scaled_plan<T> *plan) {
+plan_kernel(const T *__restrict__ part_hi, const T *__restrict__ part_lo,
+            const int *__restrict__ part_bad, int parts, double scale, int se, double sr,
+            int64_t n, scaled_plan<T> *plan) {
   typedef bmm_traits<T> tr;
-  T ma = 0, mb = 0;
+  const T inf = (T)INFINITY;
+  T ha = 0, hb = 0, la = inf, lb = inf;
   int bad = 0;
   for (int i = threadIdx.x; i < parts; i += blockDim.x) {
-    ma = fmax(ma, part_max[i]);
-    mb = fmax(mb, part_max[parts + i]);
+    ha = fmax(ha, part_hi[i]);
+    hb = fmax(hb, part_hi[parts + i]);
+    la = fmin(la, part_lo[i]);
+    lb = fmin(lb, part_lo[parts + i]);
     bad |= part_bad[i] | part_bad[parts + i];
   }
   bad = __syncthreads_or(bad);
-  ma = block_max(ma);
-  mb = block_max(mb);
+  ha = block_reduce<true>(ha, (T)0);
+  hb = block_reduce<true>(hb, (T)0);
+  la = block_reduce<false>(la, inf);
+  lb = block_reduce<false>(lb, inf);
   if (threadIdx.x != 0) return;
 
+  const int min_exp = tr::EMIN + 1, max_exp = tr::EMAX; /* frexp exponents of normals */
   int flag = bad;
   int copy = 0, ea = 0, eb = 0;
-  /* scale itself as the GEMM's alpha must be a normal number of the dtype,
-   * with a factor-2 margin below the largest finite value. */
   const bool alpha_ok = se >= tr::EMIN && se <= tr::EMAX - 2;
-  if (ma > 0 && mb > 0) {
-    int xa, xb, xs, xn;
-    const double fa = frexp((double)ma, &xa);
-    const double fb = frexp((double)mb, &xb);
+  if (ha > 0 && hb > 0) {
+    int a_hi, b_hi, a_lo, b_lo, xs, xn;
+    const double fa = frexp((double)ha, &a_hi);
+    const double fb = frexp((double)hb, &b_hi);
+    (void)frexp((double)la, &a_lo);
+    (void)frexp((double)lb, &b_lo);
     const double fs = frexp(scale, &xs);
     const double fn = frexp((double)n, &xn);
-    /* bound = fa*fb*fs*fn * 2^(xa+xb+xs+xn) against the largest finite
+    /* bound = fa*fb*fs*fn * 2^(a_hi+b_hi+xs+xn) against the largest finite
      * value (1 - 2^-PREC) * 2^EMAX, compared with the exponents apart so
      * that nothing overflows on the way. */
-    int ex = xa + xb + xs + xn - tr::EMAX;
-    ex = ex < -3000 ? -3000 : (ex > 3000 ? 3000 : ex);
+    const int ex = clamp_int(a_hi + b_hi + xs + xn - tr::EMAX, -3000, 3000);
     if (ldexp(fa * fb * fs * fn, ex) > 1.0 - ldexp(1.0, -tr::PREC)) flag = 1;
-    /* max|A| in [2^la, 2^(la+1)), likewise B, and n < 2^xn, so every
-     * partial sum of op(A) op(B) is below 2^(la+lb+2+xn). */
-    const int la = xa - 1, lb = xb - 1;
-    const bool moderate = la + lb + 2 + xn <= tr::EMAX - 1 && la + lb >= tr::EMIN + tr::PREC;
-    if (!(alpha_ok && moderate)) {
+    /* n < 2^xn and each |x| < 2^(its frexp exponent): every partial sum of
+     * op(A) op(B) is below 2^(a_hi+b_hi+xn); every nonzero product is at
+     * least 2^(a_lo+b_lo-2). */
+    const bool in_place = alpha_ok && a_hi + b_hi + xn <= max_exp - 1 && a_lo + b_lo >= min_exp + 1;
+    if (!in_place) {
       copy = 1;
-      ea = floor_half(se + lb - la);
+      const int s = se + b_hi - a_hi;
+      const int target = floor_half(s);
+      /* Overflow of a copy: a_hi + ea <= max_exp and b_hi + eb <= max_exp. */
+      const int ov_lo = se - max_exp + b_hi, ov_hi = max_exp - a_hi;
+      /* Underflow: a_lo + ea >= min_exp and b_lo + eb >= min_exp. */
+      const int lo = ov_lo > min_exp - a_lo ? ov_lo : min_exp - a_lo;
+      const int hi = ov_hi < se - min_exp + b_lo ? ov_hi : se - min_exp + b_lo;
+      if (lo <= hi)
+        ea = clamp_int(target, lo, hi);
+      else if (ov_lo <= ov_hi)
+        ea = clamp_int(target, ov_lo, ov_hi);
+      else
+        ea = target;
       eb = se - ea;
     }
   } else if (!alpha_ok) {
-    /* An operand is all zeros (or holds no finite entry): the product is
-     * zero whatever the split, so the whole power of two goes onto that
-     * operand, where it cannot turn a finite entry of the other into an
-     * infinity. */
+    /* An operand has no nonzero finite entry: the product is zero (or not
+     * finite, and flagged) whatever the split, so the whole power of two
+     * goes onto that operand, where it cannot turn a finite entry of the
+     * other into an infinity. */
     copy = 1;
-    ea = ma > 0 ? 0 : se;
+    ea = ha > 0 ? 0 : se;
     eb = se - ea;
   }
   plan->alpha = copy ? (T)sr : (T)scale;
@@ -272,7 +321,7 @@ scale_kernel(const T *__restrict__ a, T *__restrict__ a2, int64_t len_a, int64_t
   const int e = blockIdx.y == 0 ? plan->ea : plan->eb;
   /* The float path multiplies by this factor; beyond +-1000 every float
    * already rounds to the same zero or infinity, so the clamp is exact. */
-  const double factor = ldexp(1.0, e < -1000 ? -1000 : (e > 1000 ? 1000 : e));
+  const double factor = ldexp(1.0, clamp_int(e, -1000, 1000));
   int64_t done = 0;
   /* dst is scratch, aligned for 16-byte stores; src may not be. */
   if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
@@ -410,10 +459,11 @@ static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C
   /* One scratch block: plan, partials, pointer arrays, then the copies. The
    * copies are reserved even when the plan ends up not using them: only
    * the device knows, and the pool hands the memory back at once. */
-  size_t total = 0, off_plan, off_max, off_bad, off_ptrs, off_a2, off_b2;
+  size_t total = 0, off_plan, off_hi, off_lo, off_bad, off_ptrs, off_a2, off_b2;
   const bool fits =
       scratch_add(&total, sizeof(scaled_plan<T>), &off_plan) &&
-      scratch_add(&total, 2 * (size_t)parts * sizeof(T), &off_max) &&
+      scratch_add(&total, 2 * (size_t)parts * sizeof(T), &off_hi) &&
+      scratch_add(&total, 2 * (size_t)parts * sizeof(T), &off_lo) &&
       scratch_add(&total, 2 * (size_t)parts * sizeof(int), &off_bad) &&
       (uint64_t)batch <= SIZE_MAX / (3 * sizeof(void *)) &&
       scratch_add(&total, 3 * (size_t)batch * sizeof(void *), &off_ptrs) &&
@@ -425,7 +475,8 @@ static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C
   if (st != BK_OK) return st;
   char *base = (char *)scratch;
   scaled_plan<T> *plan = (scaled_plan<T> *)(base + off_plan);
-  T *part_max = (T *)(base + off_max);
+  T *part_hi = (T *)(base + off_hi);
+  T *part_lo = (T *)(base + off_lo);
   int *part_bad = (int *)(base + off_bad);
   void **ptrs = (void **)(base + off_ptrs);
   T *a2 = (T *)(base + off_a2);
@@ -437,11 +488,12 @@ static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C
   const double sr = 2.0 * frexp(scale, &se);
   se -= 1;
 
-  amax_kernel<T><<<dim3((unsigned)parts, 2), threads, 0, stream>>>(A, len_a, B, len_b, part_max,
-                                                                   part_bad);
-  st = bk__cuda_launched(fn, "amax_kernel");
+  stats_kernel<T><<<dim3((unsigned)parts, 2), threads, 0, stream>>>(A, len_a, B, len_b, part_hi,
+                                                                    part_lo, part_bad);
+  st = bk__cuda_launched(fn, "stats_kernel");
   if (st == BK_OK) {
-    plan_kernel<T><<<1, threads, 0, stream>>>(part_max, part_bad, parts, scale, se, sr, n, plan);
+    plan_kernel<T><<<1, threads, 0, stream>>>(part_hi, part_lo, part_bad, parts, scale, se, sr, n,
+                                              plan);
     st = bk__cuda_launched(fn, "plan_kernel");
   }
   if (st == BK_OK) {

@@ -83,6 +83,35 @@ static inline unsigned bk_cuda_blocks(bk_context *ctx, int64_t work, int threads
   return (unsigned)(want < 1 ? 1 : want);
 }
 
+/* ---- index arithmetic shared by the kernels ---------------------------------- */
+
+/* Unsigned division by a run-time constant d >= 1 as a multiply and shifts
+ * (Granlund and Montgomery, "Division by invariant integers using
+ * multiplication", 1994, figure 4.1): exact for every 64-bit dividend below
+ * 2^63. Built on the host, passed to kernels by value. */
+struct bk_divider {
+  uint64_t d, m;
+  uint32_t s1, s2;
+};
+
+static inline bk_divider bk_divider_make(uint64_t d) {
+  bk_divider f;
+  uint32_t l = 0;
+  while (l < 63 && ((uint64_t)1 << l) < d) l++;
+  f.d = d;
+  f.m = (uint64_t)(((unsigned __int128)(((uint64_t)1 << l) - d) << 64) / d) + 1;
+  f.s1 = l < 1 ? l : 1;
+  f.s2 = l > 0 ? l - 1 : 0;
+  return f;
+}
+
+#ifdef __CUDACC__
+static __device__ __forceinline__ uint64_t bk_divider_q(const bk_divider &f, uint64_t n) {
+  uint64_t t = __umul64hi(f.m, n);
+  return (t + ((n - t) >> f.s1)) >> f.s2;
+}
+#endif
+
 #define BK_CUDA_TRY(expr, fn, what)                      \
   do {                                                   \
     bk_status bk_try_st_ = bk__cuda_status((expr), fn, what); \

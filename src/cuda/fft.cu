@@ -31,7 +31,6 @@
 #include <cufft.h>
 
 #include <stdint.h>
-#include <string.h>
 
 #define FFT_THREADS 256
 #define FFT_CACHE_CAP 16

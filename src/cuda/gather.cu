@@ -23,31 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
-/* ---- index arithmetic and vectors ---------------------------------------------- */
-
-/* Unsigned division by a run-time constant d >= 1 as a multiply and shifts
- * (Granlund and Montgomery 1994, figure 4.1); exact for 64-bit dividends.
- * The same helper as in layout.cu. */
-struct divider {
-  uint64_t d, m;
-  uint32_t s1, s2;
-};
-
-static divider divider_make(uint64_t d) {
-  divider f;
-  uint32_t l = 0;
-  while (l < 63 && ((uint64_t)1 << l) < d) l++;
-  f.d = d;
-  f.m = (uint64_t)(((unsigned __int128)(((uint64_t)1 << l) - d) << 64) / d) + 1;
-  f.s1 = l < 1 ? l : 1;
-  f.s2 = l > 0 ? l - 1 : 0;
-  return f;
-}
-
-static __device__ __forceinline__ uint64_t divider_q(const divider &f, uint64_t n) {
-  uint64_t t = __umul64hi(f.m, n);
-  return (t + ((n - t) >> f.s1)) >> f.s2;
-}
+/* ---- vectors ---------------------------------------------------------------------- */
 
 /* W elements of T moved as one access: 16 bytes when W*sizeof(T) == 16. */
 template <typename T, int W>
@@ -66,7 +42,7 @@ struct alignas(W * sizeof(T)) vec {
 template <typename T, int W>
 static __global__ void __launch_bounds__(256)
     gather_kernel(const T *__restrict__ mat, T *__restrict__ y, const uint32_t *__restrict__ idx,
-                  int64_t rows, int64_t cols, divider dc, int64_t groups) {
+                  int64_t rows, int64_t cols, bk_divider dc, int64_t groups) {
   typedef vec<T, W> V;
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t v0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v0 < groups;
@@ -77,7 +53,7 @@ static __global__ void __launch_bounds__(256)
       const int64_t v = v0 + u * step;
       if (v < groups) {
         const uint64_t e = (uint64_t)v * W;
-        const uint64_t r = divider_q(dc, e);
+        const uint64_t r = bk_divider_q(dc, e);
         const int64_t c = (int64_t)(e - r * (uint64_t)cols);
         const uint32_t id = idx[r];
         if ((int64_t)id < rows) {
@@ -121,34 +97,38 @@ static __global__ void __launch_bounds__(256)
 }
 
 /* Dense path: every group of y (rows, cols) is mat's group, plus the row's
- * updates when the map names a schedule entry for it. */
+ * updates when the map names a schedule entry for it. A touched group waits
+ * on a chain of dependent loads (map, schedule, update rows), so each thread
+ * keeps BK_GATHER_UNROLL independent groups in flight. */
 template <typename T, typename S, int W>
 static __global__ void __launch_bounds__(256)
     scatter_dense_kernel(const T *__restrict__ mat, const T *__restrict__ values,
                          T *__restrict__ y, const S *__restrict__ row_seg,
                          const int64_t *__restrict__ seg_start, const int64_t *__restrict__ upd,
-                         int64_t cols, divider dc, int64_t groups) {
+                         int64_t cols, bk_divider dc, int64_t groups) {
   typedef vec<T, W> V;
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t v0 = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v0 < groups;
-       v0 += step * 2) {
-    V acc[2];
-    S seg[2];
-    int64_t col[2];
-    /* Both groups' base loads go out before either fold. */
+       v0 += step * BK_GATHER_UNROLL) {
+    V acc[BK_GATHER_UNROLL];
+    S seg[BK_GATHER_UNROLL];
+    int64_t col[BK_GATHER_UNROLL];
+    /* Every group's base loads go out before any fold. */
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < BK_GATHER_UNROLL; u++) {
       const int64_t v = v0 + u * step;
+      seg[u] = -1;
+      col[u] = 0;
       if (v < groups) {
         const uint64_t e = (uint64_t)v * W;
-        const uint64_t d = divider_q(dc, e);
+        const uint64_t d = bk_divider_q(dc, e);
         col[u] = (int64_t)(e - d * (uint64_t)cols);
         seg[u] = row_seg[d];
         acc[u] = *reinterpret_cast<const V *>(mat + e);
       }
     }
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
+    for (int u = 0; u < BK_GATHER_UNROLL; u++) {
       const int64_t v = v0 + u * step;
       if (v < groups) {
         if (seg[u] >= 0)
@@ -167,12 +147,12 @@ static __global__ void __launch_bounds__(256)
     scatter_sparse_kernel(const T *__restrict__ mat, const T *__restrict__ values,
                           T *__restrict__ y, const int64_t *__restrict__ seg_row,
                           const int64_t *__restrict__ seg_start, const int64_t *__restrict__ upd,
-                          int64_t cols, divider dc, int64_t groups) {
+                          int64_t cols, bk_divider dc, int64_t groups) {
   typedef vec<T, W> V;
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < groups; v += step) {
     const uint64_t e = (uint64_t)v * W;
-    const uint64_t s = divider_q(dc, e);
+    const uint64_t s = bk_divider_q(dc, e);
     const int64_t c = (int64_t)(e - s * (uint64_t)cols);
     const int64_t at = seg_row[s] * cols + c;
     V acc = *reinterpret_cast<const V *>(mat + at);
@@ -190,7 +170,7 @@ static bk_status launch_gather(bk_context *ctx, const char *fn, const T *mat, T 
                                int64_t cols, const uint32_t *idx, int64_t k) {
   constexpr int W = 16 / sizeof(T);
   const int64_t total = k * cols;
-  const divider dc = divider_make((uint64_t)cols);
+  const bk_divider dc = bk_divider_make((uint64_t)cols);
   cudaStream_t s = bk_stream(ctx);
   /* mat is never read when rows == 0 (every index is out of range). */
   if (cols % W == 0 && al16(y) && (rows == 0 || al16(mat))) {
@@ -331,8 +311,9 @@ static bk_status launch_dense(bk_context *ctx, const char *fn, const T *mat, con
   }
   if (st == BK_OK) {
     const int64_t groups = rows * cols / W;
-    scatter_dense_kernel<T, S, W><<<bk_cuda_blocks(ctx, (groups + 1) / 2, 256), 256, 0, s>>>(
-        mat, values, y, (const S *)map, seg_start, upd, cols, divider_make((uint64_t)cols),
+    const int64_t work = (groups + BK_GATHER_UNROLL - 1) / BK_GATHER_UNROLL;
+    scatter_dense_kernel<T, S, W><<<bk_cuda_blocks(ctx, work, 256), 256, 0, s>>>(
+        mat, values, y, (const S *)map, seg_start, upd, cols, bk_divider_make((uint64_t)cols),
         groups);
     st = bk__cuda_launched(fn, "scatter_dense_kernel");
   }
@@ -354,7 +335,7 @@ static bk_status launch_scatter_w(bk_context *ctx, const char *fn, const T *mat,
                 fn, "cudaMemcpyAsync");
     const int64_t groups = u * cols / W;
     scatter_sparse_kernel<T, W><<<bk_cuda_blocks(ctx, groups, 256), 256, 0, s>>>(
-        mat, values, y, seg_row, seg_start, upd, cols, divider_make((uint64_t)cols), groups);
+        mat, values, y, seg_row, seg_start, upd, cols, bk_divider_make((uint64_t)cols), groups);
     return bk__cuda_launched(fn, "scatter_sparse_kernel");
   }
   if (u <= INT32_MAX)

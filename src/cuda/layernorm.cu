@@ -1,9 +1,751 @@
-/* PENDING: replaced by the family implementation. */
+/*
+ * layernorm.cu — CUDA layer normalization: bk_layernorm_forward and
+ * bk_layernorm_backward.
+ *
+ * Forward: a warp per short row, a block per longer row. Each thread caches
+ * its share of the row in registers (16-byte loads when the pointers and the
+ * row length allow), so a row that fits is read once: pass 1 sums in
+ * float64, pass 2 sums squared deviations from the mean in float64 (the
+ * two-pass float64 statistics the contract asks for), pass 3 writes
+ * normalized and out. Elements beyond the cache are streamed and read again
+ * (from L2 in practice). For float32 data, pass 3 works in float32 with the
+ * mean split into a float pair (hi + lo), so x - mu keeps the accuracy of
+ * float64 at the cost of one rounding. Few long rows are split into chunks:
+ * each chunk's (count, mean, M2) by its own two passes, merged per row in
+ * chunk order with Chan's formula.
+ *
+ * Backward: for rows that fit the register cache, one fused kernel: each
+ * block owns a fixed set of rows (grid-stride over a grid sized to the
+ * device), computes dx row by row from S1 = sum g and S2 = sum g*normalized,
+ * and keeps per-column partial sums of dout*normalized and dout for the
+ * columns its threads own. Each block writes its partials to scratch; a
+ * second kernel folds the blocks' partials per column in block order. Wider
+ * rows take a tiled path: row sums first, then (row block, column tile)
+ * blocks that write dx and per-row-block column partials, folded the same
+ * way. float32 column partials use compensated (Kahan) summation, float64
+ * plain sums; every order is fixed, so results are bitwise reproducible.
+ */
 #include "cuda_internal.h"
 
-extern "C" bk_status bk__cuda_layernorm_forward(bk_context *ctx, bk_dtype dt, const void *x, const void *gamma, const void *beta, void *out, void *normalized, void *inv_std, int64_t rows, int64_t cols, double eps) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_layernorm_forward", "not yet implemented");
+#include <math.h>
+#include <stdint.h>
+
+/* ---- device helpers ------------------------------------------------------------------- */
+
+static constexpr unsigned LN_FULL_MASK = 0xffffffffu;
+
+/* vec: elements in 16 bytes; ept: elements of a row cached per thread. */
+template <typename T> struct ln_traits;
+template <> struct ln_traits<float> {
+  static constexpr int vec = 4;
+  static constexpr int ept = 16;
+};
+template <> struct ln_traits<double> {
+  static constexpr int vec = 2;
+  static constexpr int ept = 8;
+};
+
+template <int VEC, typename T>
+static __device__ __forceinline__ void ln_load(const T *p, T *r) {
+  if constexpr (VEC == 1) {
+    r[0] = *p;
+  } else if constexpr (sizeof(T) == 4) {
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    r[0] = v.x;
+    r[1] = v.y;
+    r[2] = v.z;
+    r[3] = v.w;
+  } else {
+    const double2 v = *reinterpret_cast<const double2 *>(p);
+    r[0] = v.x;
+    r[1] = v.y;
+  }
 }
-extern "C" bk_status bk__cuda_layernorm_backward(bk_context *ctx, bk_dtype dt, const void *dout, const void *normalized, const void *inv_std, const void *gamma, void *dx, void *dgamma, void *dbeta, int64_t rows, int64_t cols) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_layernorm_backward", "not yet implemented");
+
+template <int VEC, typename T>
+static __device__ __forceinline__ void ln_store(T *p, const T *r) {
+  if constexpr (VEC == 1) {
+    __stcs(p, r[0]);
+  } else if constexpr (sizeof(T) == 4) {
+    __stcs(reinterpret_cast<float4 *>(p), make_float4(r[0], r[1], r[2], r[3]));
+  } else {
+    __stcs(reinterpret_cast<double2 *>(p), make_double2(r[0], r[1]));
+  }
+}
+
+struct ln_pair {
+  double a, b;
+};
+
+static __device__ __forceinline__ double ln_shfl(double v, int off) {
+  return __shfl_xor_sync(LN_FULL_MASK, v, off);
+}
+static __device__ __forceinline__ ln_pair ln_shfl(ln_pair v, int off) {
+  return ln_pair{ln_shfl(v.a, off), ln_shfl(v.b, off)};
+}
+static __device__ __forceinline__ double ln_add(double x, double y) { return x + y; }
+static __device__ __forceinline__ ln_pair ln_add(ln_pair x, ln_pair y) {
+  return ln_pair{x.a + y.a, x.b + y.b};
+}
+
+/* Sum over the warp by butterfly (every lane gets the same value: each step
+ * adds two equal halves, and IEEE addition is commutative), or over the
+ * block (warp sums folded in warp order; the leading barrier keeps a
+ * previous call's readers of sh safe). */
+template <bool WARP, typename A>
+static __device__ __forceinline__ A ln_allsum(A v, A *sh) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = ln_add(v, ln_shfl(v, off));
+  if constexpr (!WARP) {
+    const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+    const int nw = (int)(blockDim.x >> 5);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = sh[0];
+    for (int w = 1; w < nw; ++w) v = ln_add(v, sh[w]);
+  }
+  return v;
+}
+
+/* x - mu in the dtype: float32 subtracts the float pair hi + lo (hi the
+ * rounded mean, lo the rest), so the result carries one rounding. */
+template <typename T> struct ln_center;
+template <> struct ln_center<float> {
+  float hi, lo;
+  __device__ __forceinline__ explicit ln_center(double mu)
+      : hi((float)mu), lo((float)(mu - (double)(float)mu)) {}
+  __device__ __forceinline__ float operator()(float x) const { return (x - hi) - lo; }
+};
+template <> struct ln_center<double> {
+  double mu;
+  __device__ __forceinline__ explicit ln_center(double m) : mu(m) {}
+  __device__ __forceinline__ double operator()(double x) const { return x - mu; }
+};
+
+/* Column partial sums: float32 compensated (Kahan), float64 plain. */
+template <typename T> struct ln_acc;
+template <> struct ln_acc<float> {
+  float s, c;
+  __device__ __forceinline__ void zero() { s = c = 0.0f; }
+  __device__ __forceinline__ void add(float v) {
+    const float y = v - c;
+    const float t = s + y;
+    c = (t - s) - y;
+    s = t;
+  }
+  __device__ __forceinline__ double value() const { return (double)s - (double)c; }
+};
+template <> struct ln_acc<double> {
+  double s;
+  __device__ __forceinline__ void zero() { s = 0.0; }
+  __device__ __forceinline__ void add(double v) { s += v; }
+  __device__ __forceinline__ double value() const { return s; }
+};
+
+/* Row (or chunk) statistics merged with Chan's formula. */
+struct ln_stat {
+  double n, mean, m2;
+};
+
+static __device__ __forceinline__ ln_stat ln_merge(ln_stat a, ln_stat b) {
+  const double n = a.n + b.n;
+  const double d = b.mean - a.mean;
+  return ln_stat{n, a.mean + d * (b.n / n), a.m2 + b.m2 + d * d * (a.n * b.n / n)};
+}
+
+/* normalized and out for VEC elements starting at column q*VEC. */
+template <typename T, int VEC>
+static __device__ __forceinline__ void ln_emit(const T *xv, const ln_center<T> &ctr, T rstd,
+                                               const T *gamma, const T *beta, int64_t q,
+                                               T *nrm, T *out) {
+  T gm[VEC], bt[VEC], nv[VEC], ov[VEC];
+  ln_load<VEC>(gamma + q * VEC, gm);
+  ln_load<VEC>(beta + q * VEC, bt);
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    nv[e] = ctr(xv[e]) * rstd;
+    ov[e] = fma(nv[e], gm[e], bt[e]);
+  }
+  ln_store<VEC>(nrm + q * VEC, nv);
+  ln_store<VEC>(out + q * VEC, ov);
+}
+
+/* ---- kernels: forward ------------------------------------------------------------------- */
+
+/*
+ * One row per group (WARP: a warp, blockDim 256; else the block). Chunk i of
+ * thread g is the vector index i*G + g; the first NC are cached.
+ */
+template <typename T, int VEC, bool WARP>
+static __global__ void __launch_bounds__(1024)
+    ln_fwd_rows_kernel(const T *__restrict__ x, const T *__restrict__ gamma,
+                       const T *__restrict__ beta, T *__restrict__ out, T *__restrict__ nrm,
+                       T *__restrict__ inv_std, int64_t rows, int64_t cols, double eps) {
+  constexpr int EPT = ln_traits<T>::ept;
+  constexpr int NC = EPT / VEC;
+  __shared__ double sh[32];
+  const int64_t G = WARP ? 32 : (int64_t)blockDim.x;
+  const int64_t g = WARP ? (int64_t)(threadIdx.x & 31) : (int64_t)threadIdx.x;
+  const int64_t per_block = WARP ? (int64_t)(blockDim.x >> 5) : 1;
+  const int64_t first = (int64_t)blockIdx.x * per_block + (WARP ? (int64_t)(threadIdx.x >> 5) : 0);
+  const int64_t step = (int64_t)gridDim.x * per_block;
+  const int64_t nvec = cols / VEC;
+  const int64_t unc0 = NC * G + g;
+  for (int64_t r = first; r < rows; r += step) {
+    const T *xr = x + r * cols;
+    T v[EPT];
+    double s = 0.0;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+        ln_load<VEC>(xr + q * VEC, &v[i * VEC]);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s += (double)v[i * VEC + e];
+      }
+    }
+    for (int64_t q = unc0; q < nvec; q += G) {
+      T t[VEC];
+      ln_load<VEC>(xr + q * VEC, t);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s += (double)t[e];
+    }
+    const double mu = ln_allsum<WARP>(s, sh) / (double)cols;
+
+    double m2 = 0.0;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const double d = (double)v[i * VEC + e] - mu;
+          m2 = fma(d, d, m2);
+        }
+      }
+    }
+    for (int64_t q = unc0; q < nvec; q += G) {
+      T t[VEC];
+      ln_load<VEC>(xr + q * VEC, t);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const double d = (double)t[e] - mu;
+        m2 = fma(d, d, m2);
+      }
+    }
+    const double var = ln_allsum<WARP>(m2, sh) / (double)cols;
+    const double rstd_d = 1.0 / sqrt(var + eps);
+    if (g == 0) inv_std[r] = (T)rstd_d;
+
+    const ln_center<T> ctr(mu);
+    const T rstd = (T)rstd_d;
+    T *nr = nrm + r * cols, *orow = out + r * cols;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) ln_emit<T, VEC>(&v[i * VEC], ctr, rstd, gamma, beta, q, nr, orow);
+    }
+    for (int64_t q = unc0; q < nvec; q += G) {
+      T t[VEC];
+      ln_load<VEC>(xr + q * VEC, t);
+      ln_emit<T, VEC>(t, ctr, rstd, gamma, beta, q, nr, orow);
+    }
+  }
+}
+
+/* Few long rows: (count, mean, M2) of chunk c of row r (unit r*nch + c) over
+ * the vector range [c*clen, min(nvec, (c+1)*clen)), by two passes (the
+ * second reads the chunk again, from L2). */
+template <typename T, int VEC>
+static __global__ void __launch_bounds__(256)
+    ln_fwd_split_stats_kernel(const T *__restrict__ x, ln_stat *__restrict__ stats, int64_t rows,
+                              int64_t cols, int64_t nch, int64_t clen) {
+  __shared__ double sh[32];
+  const int64_t nvec = cols / VEC;
+  const int64_t units = rows * nch;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t r = u / nch, c = u - r * nch;
+    const int64_t q0 = c * clen;
+    const int64_t q1 = q0 + clen < nvec ? q0 + clen : nvec;
+    const T *xr = x + r * cols;
+    double s = 0.0;
+    for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+      T t[VEC];
+      ln_load<VEC>(xr + q * VEC, t);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s += (double)t[e];
+    }
+    const double n = (double)((q1 - q0) * VEC);
+    const double mean = ln_allsum<false>(s, sh) / n;
+    double m2 = 0.0;
+    for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+      T t[VEC];
+      ln_load<VEC>(xr + q * VEC, t);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const double d = (double)t[e] - mean;
+        m2 = fma(d, d, m2);
+      }
+    }
+    m2 = ln_allsum<false>(m2, sh);
+    if (threadIdx.x == 0) stats[u] = ln_stat{n, mean, m2};
+  }
+}
+
+/* Few long rows: thread 0 merges the row's chunk statistics in chunk order,
+ * then the block writes its chunk (and chunk 0 writes inv_std). */
+template <typename T, int VEC>
+static __global__ void __launch_bounds__(256)
+    ln_fwd_split_apply_kernel(const T *__restrict__ x, const T *__restrict__ gamma,
+                              const T *__restrict__ beta, const ln_stat *__restrict__ stats,
+                              T *__restrict__ out, T *__restrict__ nrm, T *__restrict__ inv_std,
+                              int64_t rows, int64_t cols, int64_t nch, int64_t clen, double eps) {
+  __shared__ double sh_row[2];
+  const int64_t nvec = cols / VEC;
+  const int64_t units = rows * nch;
+  for (int64_t k = blockIdx.x; k < units; k += gridDim.x) {
+    const int64_t u = units - 1 - k; /* reverse: the last chunks read are still in L2 */
+    const int64_t r = u / nch, c = u - r * nch;
+    __syncthreads(); /* the previous unit's readers of sh_row are done */
+    if (threadIdx.x == 0) {
+      ln_stat st = stats[r * nch];
+      for (int64_t j = 1; j < nch; ++j) st = ln_merge(st, stats[r * nch + j]);
+      const double rstd = 1.0 / sqrt(st.m2 / (double)cols + eps);
+      sh_row[0] = st.mean;
+      sh_row[1] = rstd;
+      if (c == 0) inv_std[r] = (T)rstd;
+    }
+    __syncthreads();
+    const ln_center<T> ctr(sh_row[0]);
+    const T rstd = (T)sh_row[1];
+    const int64_t q0 = c * clen;
+    const int64_t q1 = q0 + clen < nvec ? q0 + clen : nvec;
+    const T *xr = x + r * cols;
+    T *nr = nrm + r * cols, *orow = out + r * cols;
+    for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+      T t[VEC];
+      ln_load<VEC>(xr + q * VEC, t);
+      ln_emit<T, VEC>(t, ctr, rstd, gamma, beta, q, nr, orow);
+    }
+  }
+}
+
+/* ---- kernels: backward ------------------------------------------------------------------- */
+
+/*
+ * Fused backward for rows of at most blockDim*EPT (block) or 32*EPT (warp)
+ * elements: every element of the row is cached. A group handles rows
+ * first, first + step, ...; each thread keeps the column partials of its
+ * own columns across rows. part is (gridDim.x, 2, cols): [b][0][j] the
+ * block's sum of dout*normalized, [b][1][j] its sum of dout. WARP blocks fold
+ * their eight warps' partials through shared memory in warp order.
+ */
+template <typename T, int VEC, bool WARP>
+static __global__ void __launch_bounds__(512)
+    ln_bwd_rows_kernel(const T *__restrict__ dout, const T *__restrict__ nrm,
+                       const T *__restrict__ inv_std, const T *__restrict__ gamma,
+                       T *__restrict__ dx, double *__restrict__ part, int64_t rows, int64_t cols) {
+  constexpr int EPT = ln_traits<T>::ept;
+  constexpr int NC = EPT / VEC;
+  __shared__ ln_pair sh[32];
+  __shared__ double sh_cols[2 * 32 * EPT];
+  const int64_t G = WARP ? 32 : (int64_t)blockDim.x;
+  const int64_t g = WARP ? (int64_t)(threadIdx.x & 31) : (int64_t)threadIdx.x;
+  const int64_t per_block = WARP ? (int64_t)(blockDim.x >> 5) : 1;
+  const int64_t first = (int64_t)blockIdx.x * per_block + (WARP ? (int64_t)(threadIdx.x >> 5) : 0);
+  const int64_t step = (int64_t)gridDim.x * per_block;
+  const int64_t nvec = cols / VEC;
+  const T tcols = (T)cols;
+
+  ln_acc<T> ag[EPT], ab[EPT];
+#pragma unroll
+  for (int e = 0; e < EPT; ++e) {
+    ag[e].zero();
+    ab[e].zero();
+  }
+  for (int64_t r = first; r < rows; r += step) {
+    const T *dr = dout + r * cols, *nr = nrm + r * cols;
+    T vg[EPT], vn[EPT];
+    T s1 = (T)0, s2 = (T)0;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+        T gm[VEC];
+        ln_load<VEC>(dr + q * VEC, &vg[i * VEC]);
+        ln_load<VEC>(nr + q * VEC, &vn[i * VEC]);
+        ln_load<VEC>(gamma + q * VEC, gm);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int k = i * VEC + e;
+          ab[k].add(vg[k]);
+          ag[k].add(vg[k] * vn[k]);
+          vg[k] *= gm[e]; /* from here on vg holds g = dout * gamma */
+          s1 += vg[k];
+          s2 = fma(vg[k], vn[k], s2);
+        }
+      }
+    }
+    const ln_pair S = ln_allsum<WARP>(ln_pair{(double)s1, (double)s2}, sh);
+    const double rs = (double)inv_std[r];
+    const T a = (T)(rs / (double)cols), S1 = (T)S.a, S2 = (T)S.b;
+    T *xr = dx + r * cols;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+        T o[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int k = i * VEC + e;
+          o[e] = a * fma(-vn[k], S2, fma(tcols, vg[k], -S1));
+        }
+        ln_store<VEC>(xr + q * VEC, o);
+      }
+    }
+  }
+
+  double *pg = part + (int64_t)blockIdx.x * 2 * cols, *pb = pg + cols;
+  if constexpr (WARP) {
+    /* cols <= 32*EPT here: fold the warps' partials in warp order. */
+    double *cg = sh_cols, *cb = sh_cols + 32 * EPT;
+    const int warp = (int)(threadIdx.x >> 5), nw = (int)(blockDim.x >> 5);
+    for (int w = 0; w < nw; ++w) {
+      if (warp == w) {
+#pragma unroll
+        for (int i = 0; i < NC; ++i) {
+          const int64_t q = i * G + g;
+          if (q < nvec) {
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) {
+              const int64_t j = q * VEC + e;
+              const int k = i * VEC + e;
+              cg[j] = w == 0 ? ag[k].value() : cg[j] + ag[k].value();
+              cb[j] = w == 0 ? ab[k].value() : cb[j] + ab[k].value();
+            }
+          }
+        }
+      }
+      __syncthreads();
+    }
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+      pg[j] = cg[j];
+      pb[j] = cb[j];
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int k = i * VEC + e;
+          pg[q * VEC + e] = ag[k].value();
+          pb[q * VEC + e] = ab[k].value();
+        }
+      }
+    }
+  }
+}
+
+/* Wide rows, step 1: sums[u] = (sum g, sum g*normalized) over chunk c of row
+ * r (unit r*nch + c), g = dout*gamma, accumulated in float64. */
+template <typename T, int VEC>
+static __global__ void __launch_bounds__(256)
+    ln_bwd_rowsum_kernel(const T *__restrict__ dout, const T *__restrict__ nrm,
+                         const T *__restrict__ gamma, ln_pair *__restrict__ sums, int64_t rows,
+                         int64_t cols, int64_t nch, int64_t clen) {
+  __shared__ ln_pair sh[32];
+  const int64_t nvec = cols / VEC;
+  const int64_t units = rows * nch;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t r = u / nch, c = u - r * nch;
+    const int64_t q0 = c * clen;
+    const int64_t q1 = q0 + clen < nvec ? q0 + clen : nvec;
+    const T *dr = dout + r * cols, *nr = nrm + r * cols;
+    ln_pair s{0.0, 0.0};
+    for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+      T d[VEC], n[VEC], gm[VEC];
+      ln_load<VEC>(dr + q * VEC, d);
+      ln_load<VEC>(nr + q * VEC, n);
+      ln_load<VEC>(gamma + q * VEC, gm);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const double gv = (double)d[e] * (double)gm[e];
+        s.a += gv;
+        s.b = fma(gv, (double)n[e], s.b);
+      }
+    }
+    s = ln_allsum<false>(s, sh);
+    if (threadIdx.x == 0) sums[u] = s;
+  }
+}
+
+/*
+ * Wide rows, step 2: unit (rb, ct) covers rows [rb*rpb, min(rows, +rpb))
+ * and the vector columns ct*blockDim + t. Writes dx there and the row
+ * block's column partials part[rb][0][j] (dout*normalized), [rb][1][j]
+ * (dout).
+ */
+template <typename T, int VEC>
+static __global__ void __launch_bounds__(256)
+    ln_bwd_tile_kernel(const T *__restrict__ dout, const T *__restrict__ nrm,
+                       const T *__restrict__ inv_std, const T *__restrict__ gamma,
+                       const ln_pair *__restrict__ sums, T *__restrict__ dx,
+                       double *__restrict__ part, int64_t rows, int64_t cols, int64_t nch,
+                       int64_t rpb, int64_t nrb) {
+  const int64_t nvec = cols / VEC;
+  const int64_t tiles = (nvec + blockDim.x - 1) / blockDim.x;
+  const int64_t units = nrb * tiles;
+  const T tcols = (T)cols;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t rb = u / tiles, ct = u - rb * tiles;
+    const int64_t q = ct * blockDim.x + threadIdx.x;
+    if (q >= nvec) continue;
+    const int64_t r0 = rb * rpb;
+    const int64_t r1 = r0 + rpb < rows ? r0 + rpb : rows;
+    T gm[VEC];
+    ln_load<VEC>(gamma + q * VEC, gm);
+    ln_acc<T> ag[VEC], ab[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      ag[e].zero();
+      ab[e].zero();
+    }
+#pragma unroll 2
+    for (int64_t r = r0; r < r1; ++r) {
+      ln_pair S = sums[r * nch];
+      for (int64_t c = 1; c < nch; ++c) S = ln_add(S, sums[r * nch + c]);
+      const T a = (T)((double)inv_std[r] / (double)cols), S1 = (T)S.a, S2 = (T)S.b;
+      T d[VEC], n[VEC], o[VEC];
+      ln_load<VEC>(dout + r * cols + q * VEC, d);
+      ln_load<VEC>(nrm + r * cols + q * VEC, n);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        ab[e].add(d[e]);
+        ag[e].add(d[e] * n[e]);
+        o[e] = a * fma(-n[e], S2, fma(tcols, d[e] * gm[e], -S1));
+      }
+      ln_store<VEC>(dx + r * cols + q * VEC, o);
+    }
+    double *pg = part + rb * 2 * cols, *pb = pg + cols;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      pg[q * VEC + e] = ag[e].value();
+      pb[q * VEC + e] = ab[e].value();
+    }
+  }
+}
+
+/* Folds the nb partial blocks per column in block order. */
+template <typename T>
+static __global__ void ln_bwd_fold_kernel(const double *__restrict__ part, int64_t nb,
+                                          int64_t cols, T *__restrict__ dgamma,
+                                          T *__restrict__ dbeta) {
+  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < cols;
+       j += (int64_t)gridDim.x * blockDim.x) {
+    double sg = 0.0, sb = 0.0;
+    for (int64_t b = 0; b < nb; ++b) {
+      sg += part[b * 2 * cols + j];
+      sb += part[b * 2 * cols + cols + j];
+    }
+    dgamma[j] = (T)sg;
+    dbeta[j] = (T)sb;
+  }
+}
+
+/* ---- launchers ------------------------------------------------------------------------------ */
+
+static unsigned ln_grid(int64_t units) {
+  return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
+}
+
+static bool ln_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Chunks of at least this many elements when few long rows are split. */
+static const int64_t LN_MIN_CHUNK = 4096;
+
+/* The chunking for few long rows, or nch = 1 (whole rows). */
+static void ln_split_plan(int64_t sm, int64_t rows, int64_t cols, int64_t nvec, int64_t *nch,
+                          int64_t *clen) {
+  *nch = 1;
+  *clen = nvec;
+  if (rows >= 2 * sm || cols < 2 * LN_MIN_CHUNK) return;
+  int64_t n = (4 * sm + rows - 1) / rows;
+  const int64_t max_n = cols / LN_MIN_CHUNK;
+  if (n > max_n) n = max_n;
+  *clen = (nvec + n - 1) / n;
+  *nch = (nvec + *clen - 1) / *clen;
+}
+
+/* The smallest power-of-two block (at least 64, at most cap) whose threads
+ * cache `cols` elements at ept each. */
+static int ln_threads(int64_t cols, int ept, int cap) {
+  const int64_t need = (cols + ept - 1) / ept;
+  int threads = 64;
+  while (threads < need && threads < cap) threads <<= 1;
+  return threads;
+}
+
+template <typename T, int VEC>
+static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, const T *gamma,
+                                   const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
+                                   int64_t cols, double eps) {
+  constexpr int EPT = ln_traits<T>::ept;
+  cudaStream_t stream = bk_stream(ctx);
+  const int64_t nvec = cols / VEC;
+  int64_t nch, clen;
+  ln_split_plan(bk_cu(ctx)->sm_count, rows, cols, nvec, &nch, &clen);
+  if (nch > 1) {
+    const int64_t units = rows * nch;
+    void *scratch = NULL;
+    bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(ln_stat), &scratch);
+    if (st != BK_OK) return st;
+    ln_stat *stats = (ln_stat *)scratch;
+    ln_fwd_split_stats_kernel<T, VEC>
+        <<<ln_grid(units), 256, 0, stream>>>(x, stats, rows, cols, nch, clen);
+    st = bk__cuda_launched(fn, "ln_fwd_split_stats_kernel");
+    if (st == BK_OK) {
+      ln_fwd_split_apply_kernel<T, VEC><<<ln_grid(units), 256, 0, stream>>>(
+          x, gamma, beta, stats, out, nrm, inv_std, rows, cols, nch, clen, eps);
+      st = bk__cuda_launched(fn, "ln_fwd_split_apply_kernel");
+    }
+    bk__cuda_scratch_free(ctx, scratch);
+    return st;
+  }
+  if (cols <= 32 * EPT) {
+    ln_fwd_rows_kernel<T, VEC, true><<<ln_grid((rows + 7) / 8), 256, 0, stream>>>(
+        x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+  } else {
+    ln_fwd_rows_kernel<T, VEC, false><<<ln_grid(rows), ln_threads(cols, EPT, 1024), 0, stream>>>(
+        x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+  }
+  return bk__cuda_launched(fn, "ln_fwd_rows_kernel");
+}
+
+/* Blocks of a grid that stays resident: the occupancy of `kernel` at
+ * `threads`, times the multiprocessors, at most `units`. */
+template <typename K>
+static int64_t ln_resident_blocks(bk_context *ctx, K kernel, int threads, int64_t units) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess ||
+      per_sm < 1) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  const int64_t cap = (int64_t)per_sm * bk_cu(ctx)->sm_count;
+  return units < cap ? units : cap;
+}
+
+template <typename T, int VEC>
+static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *dout, const T *nrm,
+                                    const T *inv_std, const T *gamma, T *dx, T *dgamma, T *dbeta,
+                                    int64_t rows, int64_t cols) {
+  constexpr int EPT = ln_traits<T>::ept;
+  cudaStream_t stream = bk_stream(ctx);
+  const int64_t sm = bk_cu(ctx)->sm_count;
+  const int64_t nvec = cols / VEC;
+  void *scratch = NULL;
+  bk_status st;
+  int64_t nb; /* partial blocks to fold */
+  double *part;
+
+  if (cols <= 512 * EPT) {
+    const bool warp = cols <= 32 * EPT;
+    const int threads = warp ? 256 : ln_threads(cols, EPT, 512);
+    const int64_t units = warp ? (rows + 7) / 8 : rows;
+    if (warp)
+      nb = ln_resident_blocks(ctx, ln_bwd_rows_kernel<T, VEC, true>, threads, units);
+    else
+      nb = ln_resident_blocks(ctx, ln_bwd_rows_kernel<T, VEC, false>, threads, units);
+    st = bk__cuda_scratch(ctx, (size_t)nb * 2 * (size_t)cols * sizeof(double), &scratch);
+    if (st != BK_OK) return st;
+    part = (double *)scratch;
+    if (warp)
+      ln_bwd_rows_kernel<T, VEC, true><<<(unsigned)nb, threads, 0, stream>>>(
+          dout, nrm, inv_std, gamma, dx, part, rows, cols);
+    else
+      ln_bwd_rows_kernel<T, VEC, false><<<(unsigned)nb, threads, 0, stream>>>(
+          dout, nrm, inv_std, gamma, dx, part, rows, cols);
+    st = bk__cuda_launched(fn, "ln_bwd_rows_kernel");
+  } else {
+    /* Wide rows: row sums (chunked when rows are few), then tiles of row
+     * blocks by 256-vector column tiles; about four tiles per
+     * multiprocessor. */
+    int64_t nch, clen;
+    ln_split_plan(sm, rows, cols, nvec, &nch, &clen);
+    const int64_t tiles = (nvec + 255) / 256;
+    nb = (4 * sm + tiles - 1) / tiles;
+    if (nb > rows) nb = rows;
+    const int64_t rpb = (rows + nb - 1) / nb;
+    nb = (rows + rpb - 1) / rpb;
+    const size_t sums_bytes = (size_t)(rows * nch) * sizeof(ln_pair);
+    st = bk__cuda_scratch(ctx, sums_bytes + (size_t)nb * 2 * (size_t)cols * sizeof(double),
+                          &scratch);
+    if (st != BK_OK) return st;
+    ln_pair *sums = (ln_pair *)scratch;
+    part = (double *)((char *)scratch + sums_bytes);
+    ln_bwd_rowsum_kernel<T, VEC>
+        <<<ln_grid(rows * nch), 256, 0, stream>>>(dout, nrm, gamma, sums, rows, cols, nch, clen);
+    st = bk__cuda_launched(fn, "ln_bwd_rowsum_kernel");
+    if (st == BK_OK) {
+      ln_bwd_tile_kernel<T, VEC><<<ln_grid(nb * tiles), 256, 0, stream>>>(
+          dout, nrm, inv_std, gamma, sums, dx, part, rows, cols, nch, rpb, nb);
+      st = bk__cuda_launched(fn, "ln_bwd_tile_kernel");
+    }
+  }
+  if (st == BK_OK) {
+    ln_bwd_fold_kernel<T><<<ln_grid((cols + 255) / 256), 256, 0, stream>>>(part, nb, cols, dgamma,
+                                                                           dbeta);
+    st = bk__cuda_launched(fn, "ln_bwd_fold_kernel");
+  }
+  bk__cuda_scratch_free(ctx, scratch);
+  return st;
+}
+
+/* ---- entries -------------------------------------------------------------------------------- */
+
+extern "C" bk_status bk__cuda_layernorm_forward(bk_context *ctx, bk_dtype dt, const void *x,
+                                                const void *gamma, const void *beta, void *out,
+                                                void *normalized, void *inv_std, int64_t rows,
+                                                int64_t cols, double eps) {
+  static const char fn[] = "bk_layernorm_forward";
+  const bool al = ln_aligned16(x) && ln_aligned16(gamma) && ln_aligned16(beta) &&
+                  ln_aligned16(out) && ln_aligned16(normalized);
+  if (dt == BK_F32) {
+    const float *px = (const float *)x, *pg = (const float *)gamma, *pb = (const float *)beta;
+    float *po = (float *)out, *pn = (float *)normalized, *pi = (float *)inv_std;
+    if (al && cols % 4 == 0)
+      return ln_forward_launch<float, 4>(ctx, fn, px, pg, pb, po, pn, pi, rows, cols, eps);
+    return ln_forward_launch<float, 1>(ctx, fn, px, pg, pb, po, pn, pi, rows, cols, eps);
+  }
+  const double *px = (const double *)x, *pg = (const double *)gamma, *pb = (const double *)beta;
+  double *po = (double *)out, *pn = (double *)normalized, *pi = (double *)inv_std;
+  if (al && cols % 2 == 0)
+    return ln_forward_launch<double, 2>(ctx, fn, px, pg, pb, po, pn, pi, rows, cols, eps);
+  return ln_forward_launch<double, 1>(ctx, fn, px, pg, pb, po, pn, pi, rows, cols, eps);
+}
+
+extern "C" bk_status bk__cuda_layernorm_backward(bk_context *ctx, bk_dtype dt, const void *dout,
+                                                 const void *normalized, const void *inv_std,
+                                                 const void *gamma, void *dx, void *dgamma,
+                                                 void *dbeta, int64_t rows, int64_t cols) {
+  static const char fn[] = "bk_layernorm_backward";
+  const bool al = ln_aligned16(dout) && ln_aligned16(normalized) && ln_aligned16(gamma) &&
+                  ln_aligned16(dx);
+  if (dt == BK_F32) {
+    const float *pd = (const float *)dout, *pn = (const float *)normalized,
+                *pi = (const float *)inv_std, *pg = (const float *)gamma;
+    float *px = (float *)dx, *pdg = (float *)dgamma, *pdb = (float *)dbeta;
+    if (al && cols % 4 == 0)
+      return ln_backward_launch<float, 4>(ctx, fn, pd, pn, pi, pg, px, pdg, pdb, rows, cols);
+    return ln_backward_launch<float, 1>(ctx, fn, pd, pn, pi, pg, px, pdg, pdb, rows, cols);
+  }
+  const double *pd = (const double *)dout, *pn = (const double *)normalized,
+               *pi = (const double *)inv_std, *pg = (const double *)gamma;
+  double *px = (double *)dx, *pdg = (double *)dgamma, *pdb = (double *)dbeta;
+  if (al && cols % 2 == 0)
+    return ln_backward_launch<double, 2>(ctx, fn, pd, pn, pi, pg, px, pdg, pdb, rows, cols);
+  return ln_backward_launch<double, 1>(ctx, fn, pd, pn, pi, pg, px, pdg, pdb, rows, cols);
 }

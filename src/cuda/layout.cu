@@ -35,32 +35,6 @@
 
 #define BK_R BK_MAX_RANK
 
-/* ---- index arithmetic ------------------------------------------------------ */
-
-/* Unsigned division by a run-time constant d >= 1 as a multiply and shifts
- * (Granlund and Montgomery, "Division by invariant integers using
- * multiplication", 1994, figure 4.1): exact for every 64-bit dividend. */
-struct divider {
-  uint64_t d, m;
-  uint32_t s1, s2;
-};
-
-static divider divider_make(uint64_t d) {
-  divider f;
-  uint32_t l = 0;
-  while (l < 63 && ((uint64_t)1 << l) < d) l++;
-  f.d = d;
-  f.m = (uint64_t)(((unsigned __int128)(((uint64_t)1 << l) - d) << 64) / d) + 1;
-  f.s1 = l < 1 ? l : 1;
-  f.s2 = l > 0 ? l - 1 : 0;
-  return f;
-}
-
-static __device__ __forceinline__ uint64_t divider_q(const divider &f, uint64_t n) {
-  uint64_t t = __umul64hi(f.m, n);
-  return (t + ((n - t) >> f.s1)) >> f.s2;
-}
-
 /* ---- vectors and asynchronous copies -------------------------------------- */
 
 /* 16 bytes of T: float4 or double2 without the vector types' member names. */
@@ -102,7 +76,7 @@ struct bc_geom {
   int rank; /* >= 1 */
   int64_t dim[BK_R];
   int64_t stride[BK_R];
-  divider div[BK_R];
+  bk_divider div[BK_R];
 };
 
 /* A fold (the adjoint, sum_axis): the output axes of the broadcast split into
@@ -112,23 +86,26 @@ struct bc_geom {
 struct fold_geom {
   int nk, nr;
   int64_t kdim[BK_R], kout[BK_R], kin[BK_R];
-  divider kdiv[BK_R];
+  bk_divider kdiv[BK_R];
   int64_t rdim[BK_R], rout[BK_R];
-  divider rdiv[BK_R];
+  bk_divider rdiv[BK_R];
   int64_t nkept; /* product of kdim: the number of results */
   int64_t nred;  /* product of rdim: the terms of each result */
 };
 
-/* Input offset of output element e of a broadcast. */
+/* Input offset of output element e of a broadcast. R > 0: the rank is
+ * exactly R, known at compile time (no per-axis guards); R == 0: any rank. */
+template <int R>
 static __device__ __forceinline__ int64_t bc_offset(const bc_geom &g, uint64_t e) {
+  const int rank = R > 0 ? R : g.rank;
   int64_t off = 0;
 #pragma unroll
-  for (int j = 0; j < BK_R; j++) {
-    if (j < g.rank) {
-      if (j == g.rank - 1) {
+  for (int j = 0; j < (R > 0 ? R : BK_R); j++) {
+    if (R > 0 || j < rank) {
+      if (j == rank - 1) {
         off += (int64_t)e * g.stride[j];
       } else {
-        uint64_t q = divider_q(g.div[j], e);
+        uint64_t q = bk_divider_q(g.div[j], e);
         off += (int64_t)(e - q * g.div[j].d) * g.stride[j];
         e = q;
       }
@@ -150,7 +127,7 @@ static __device__ __forceinline__ void kept_offsets(const fold_geom &g, uint64_t
       if (j == g.nk - 1) {
         c = k;
       } else {
-        uint64_t q = divider_q(g.kdiv[j], k);
+        uint64_t q = bk_divider_q(g.kdiv[j], k);
         c = k - q * g.kdiv[j].d;
         k = q;
       }
@@ -172,7 +149,7 @@ static __device__ __forceinline__ int64_t red_offset(const fold_geom &g, uint64_
       if (j == g.nr - 1) {
         o += (int64_t)r * g.rout[j];
       } else {
-        uint64_t q = divider_q(g.rdiv[j], r);
+        uint64_t q = bk_divider_q(g.rdiv[j], r);
         o += (int64_t)(r - q * g.rdiv[j].d) * g.rout[j];
         r = q;
       }
@@ -186,7 +163,7 @@ static __device__ __forceinline__ int64_t red_offset(const fold_geom &g, uint64_
 /* 16-byte groups of the output; the innermost extent is a multiple of the
  * group, so a group never leaves its innermost row and its elements read
  * x at off, off + s, ... with s the innermost input stride. */
-template <typename T>
+template <typename T, int R>
 static __global__ void __launch_bounds__(256)
     bcast_vec_kernel(const T *__restrict__ x, T *__restrict__ y, bc_geom g, int64_t groups) {
   constexpr int W = 16 / sizeof(T);
@@ -194,7 +171,7 @@ static __global__ void __launch_bounds__(256)
   const bool xal = aligned16(x);
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < groups; v += step) {
-    const int64_t off = bc_offset(g, (uint64_t)(v * W));
+    const int64_t off = bc_offset<R>(g, (uint64_t)(v * W));
     v16<T> out;
     if (s == 0) {
       const T a = x[off];
@@ -211,12 +188,12 @@ static __global__ void __launch_bounds__(256)
 }
 
 /* One output element per thread, for any geometry and alignment. */
-template <typename T>
+template <typename T, int R>
 static __global__ void __launch_bounds__(256)
     bcast_scalar_kernel(const T *__restrict__ x, T *__restrict__ y, bc_geom g, int64_t n) {
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step)
-    y[e] = x[bc_offset(g, (uint64_t)e)];
+    y[e] = x[bc_offset<R>(g, (uint64_t)e)];
 }
 
 /* ---- kernels: folds ------------------------------------------------------------- */
@@ -247,8 +224,9 @@ static __global__ void __launch_bounds__(256)
  * every reduced axis is further out. Work item w is (kept outer index,
  * 32-column strip); its nred rows (reduced index order == row-major output
  * order) stream through S stages of RS rows. AL: dout is 16-byte aligned and
- * C is a multiple of a 16-byte chunk, so every row segment is aligned. */
-template <typename T, bool AL>
+ * C is a multiple of a 16-byte chunk, so every row segment is aligned.
+ * AFFINE: a single reduced axis, so row r starts at r times its stride. */
+template <typename T, bool AL, bool AFFINE>
 static __global__ void __launch_bounds__(256)
     fold_cols_kernel(const T *__restrict__ dout, T *__restrict__ din, fold_geom g,
                      int64_t strips, int64_t items) {
@@ -275,6 +253,7 @@ static __global__ void __launch_bounds__(256)
     int64_t base, ioff;
     kept_offsets<1>(g, (uint64_t)ko, &base, &ioff);
     const T *src = dout + base + col0;
+    const int64_t rstride = g.rout[0];
 
     /* Queues the copies of stage st into buffer b. */
     auto load = [&](int64_t st, int b) {
@@ -285,7 +264,8 @@ static __global__ void __launch_bounds__(256)
           const int r = q / CPR, c = (q % CPR) * EPC;
           const int64_t row = st * RS + r;
           if (row < nred && c < ncols)
-            cp_async16(&buf[b][r][c], src + red_offset<0>(g, (uint64_t)row) + c);
+            cp_async16(&buf[b][r][c],
+                       src + (AFFINE ? row * rstride : red_offset<0>(g, (uint64_t)row)) + c);
         }
       } else {
 #pragma unroll
@@ -294,7 +274,8 @@ static __global__ void __launch_bounds__(256)
           const int r = q / SW, c = q % SW;
           const int64_t row = st * RS + r;
           if (row < nred && c < ncols)
-            cp_async_ca<sizeof(T)>(&buf[b][r][c], src + red_offset<0>(g, (uint64_t)row) + c);
+            cp_async_ca<sizeof(T)>(
+                &buf[b][r][c], src + (AFFINE ? row * rstride : red_offset<0>(g, (uint64_t)row)) + c);
         }
       }
     };
@@ -423,16 +404,16 @@ static __global__ void __launch_bounds__(256)
 template <typename T, bool VEC>
 static __global__ void __launch_bounds__(256)
     swap_chunks_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t a, int64_t b,
-                       int64_t inner, divider d_inner, divider d_a, divider d_b, int64_t groups) {
+                       int64_t inner, bk_divider d_inner, bk_divider d_a, bk_divider d_b, int64_t groups) {
   constexpr int W = VEC ? 16 / (int)sizeof(T) : 1;
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
   for (int64_t v = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; v < groups; v += step) {
     const uint64_t e = (uint64_t)v * W;
-    const uint64_t row = divider_q(d_inner, e);
+    const uint64_t row = bk_divider_q(d_inner, e);
     const int64_t within = (int64_t)(e - row * (uint64_t)inner);
-    const uint64_t oj = divider_q(d_a, row);
+    const uint64_t oj = bk_divider_q(d_a, row);
     const int64_t i = (int64_t)(row - oj * (uint64_t)a);
-    const uint64_t o = divider_q(d_b, oj);
+    const uint64_t o = bk_divider_q(d_b, oj);
     const int64_t j = (int64_t)(oj - o * (uint64_t)b);
     const int64_t src = (((int64_t)o * a + i) * b + j) * inner + within;
     if (VEC)
@@ -528,6 +509,20 @@ static bk_status copy_async(bk_context *ctx, const char *fn, void *dst, const vo
       "cudaMemcpyAsync");
 }
 
+template <typename T, int R>
+static bk_status launch_broadcast_r(bk_context *ctx, const char *fn, const T *x, T *y,
+                                    const bc_geom &g, int64_t total) {
+  cudaStream_t s = bk_stream(ctx);
+  constexpr int W = 16 / sizeof(T);
+  if (g.dim[0] % W == 0 && ((uintptr_t)y & 15) == 0) {
+    const int64_t groups = total / W;
+    bcast_vec_kernel<T, R><<<grid_for(ctx, groups, 256), 256, 0, s>>>(x, y, g, groups);
+    return bk__cuda_launched(fn, "bcast_vec_kernel");
+  }
+  bcast_scalar_kernel<T, R><<<grid_for(ctx, total, 256), 256, 0, s>>>(x, y, g, total);
+  return bk__cuda_launched(fn, "bcast_scalar_kernel");
+}
+
 template <typename T>
 static bk_status launch_broadcast(bk_context *ctx, const char *fn, const T *x, T *y,
                                   const bk_bcast_geom *geom) {
@@ -542,17 +537,15 @@ static bk_status launch_broadcast(bk_context *ctx, const char *fn, const T *x, T
   for (int j = 0; j < n; j++) {
     g.dim[j] = dims[n - 1 - j];
     g.stride[j] = stride[n - 1 - j];
-    g.div[j] = divider_make((uint64_t)g.dim[j]);
+    g.div[j] = bk_divider_make((uint64_t)g.dim[j]);
   }
-  cudaStream_t s = bk_stream(ctx);
-  constexpr int W = 16 / sizeof(T);
-  if (g.dim[0] % W == 0 && ((uintptr_t)y & 15) == 0) {
-    const int64_t groups = total / W;
-    bcast_vec_kernel<T><<<grid_for(ctx, groups, 256), 256, 0, s>>>(x, y, g, groups);
-    return bk__cuda_launched(fn, "bcast_vec_kernel");
+  switch (n) {
+    case 1: return launch_broadcast_r<T, 1>(ctx, fn, x, y, g, total);
+    case 2: return launch_broadcast_r<T, 2>(ctx, fn, x, y, g, total);
+    case 3: return launch_broadcast_r<T, 3>(ctx, fn, x, y, g, total);
+    case 4: return launch_broadcast_r<T, 4>(ctx, fn, x, y, g, total);
+    default: return launch_broadcast_r<T, 0>(ctx, fn, x, y, g, total);
   }
-  bcast_scalar_kernel<T><<<grid_for(ctx, total, 256), 256, 0, s>>>(x, y, g, total);
-  return bk__cuda_launched(fn, "bcast_scalar_kernel");
 }
 
 /* Results below this count leave enough parallelism to a staged fold even
@@ -578,13 +571,13 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
       g.kdim[g.nk] = dims[j];
       g.kout[g.nk] = ostride;
       g.kin[g.nk] = stride[j];
-      g.kdiv[g.nk] = divider_make((uint64_t)dims[j]);
+      g.kdiv[g.nk] = bk_divider_make((uint64_t)dims[j]);
       g.nkept *= dims[j];
       g.nk++;
     } else {
       g.rdim[g.nr] = dims[j];
       g.rout[g.nr] = ostride;
-      g.rdiv[g.nr] = divider_make((uint64_t)dims[j]);
+      g.rdiv[g.nr] = bk_divider_make((uint64_t)dims[j]);
       g.nred *= dims[j];
       g.nr++;
     }
@@ -604,10 +597,17 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
     const int64_t strips = (C + 31) / 32;
     const int64_t items = (g.nkept / C) * strips;
     const unsigned grid = (unsigned)(items < INT32_MAX ? items : INT32_MAX);
-    if (al && C % EPC == 0) {
-      fold_cols_kernel<T, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+    const bool aligned = al && C % EPC == 0;
+    if (g.nr == 1) {
+      if (aligned)
+        fold_cols_kernel<T, true, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+      else
+        fold_cols_kernel<T, false, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
     } else {
-      fold_cols_kernel<T, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+      if (aligned)
+        fold_cols_kernel<T, true, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+      else
+        fold_cols_kernel<T, false, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
     }
     return bk__cuda_launched(fn, "fold_cols_kernel");
   }
@@ -647,8 +647,8 @@ static bk_status launch_swap(bk_context *ctx, const char *fn, const T *x, T *y, 
   constexpr int W = 16 / sizeof(T);
   /* Chunks of at least 32 bytes are whole sectors: copy them directly. */
   if (inner * (int64_t)sizeof(T) >= 32) {
-    const divider di = divider_make((uint64_t)inner), da = divider_make((uint64_t)a),
-               db = divider_make((uint64_t)b);
+    const bk_divider di = bk_divider_make((uint64_t)inner), da = bk_divider_make((uint64_t)a),
+               db = bk_divider_make((uint64_t)b);
     if (inner % W == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)y & 15) == 0) {
       const int64_t groups = total / W;
       swap_chunks_kernel<T, true><<<grid_for(ctx, groups, 256), 256, 0, s>>>(

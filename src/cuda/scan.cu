@@ -11,8 +11,9 @@
  *
  * Schedule. A block owns W adjacent channels and walks a range of time in
  * tiles of L = TY * S rows. In a tile, thread (tx, ty) holds S consecutive
- * rows (in scan order) of VEC adjacent channels, read as one 16-byte vector
- * per row. Each tile takes three steps:
+ * rows (in scan order) of VEC adjacent channels, read as one 8- or 16-byte
+ * vector per row (S = 4 rows for float32 data, 1 for float64: see
+ * scan_shape). Each tile takes three steps:
  *   1. compose: each thread folds its S rows into an affine map
  *      h -> al * h + bl (bl is the recurrence run from 0), into shared memory;
  *   2. chain: one thread per channel walks the TY maps in order from the
@@ -29,13 +30,16 @@
  * above. Every combination happens in a fixed order, so results are bitwise
  * reproducible.
  *
- * Robustness for any finite coefficients. A carry c goes through a map
- * (a, b) as fma(a, c, b), except that c == 0 gives b exactly (b is the
- * recurrence from 0, so an overflowed or underflowed product a cannot turn a
- * zero state into NaN), and a result that is not finite from a finite carry
- * is recomputed step by step from the inputs (a product of coefficients or a
- * partial recurrence may leave the double range while the state itself does
- * not). The replay always runs the plain recurrence from its carry.
+ * Robustness for any finite coefficients. Inside a block the maps are
+ * short enough that they cannot overflow where the state does not (see
+ * scan_shape), and the replay always runs the plain recurrence from its
+ * carry. A chunk map spans many rows, so pass 2 passes a carry c through it
+ * as fma(a, c, b) with two exceptions: c == 0 gives b exactly (b is the
+ * recurrence from 0, so an overflowed or underflowed product a cannot turn
+ * a zero state into NaN), and a result that is not finite from a finite
+ * carry is recomputed step by step from the inputs (the product of a
+ * chunk's coefficients or its recurrence from 0 may leave the double range
+ * while the state itself does not).
  *
  * Gradient sums of the shared form (dA, dB) are accumulated per thread in
  * float64 over its rows in scan order (t descending), then over the threads
@@ -48,45 +52,22 @@
 #include <stdint.h>
 
 #define SCAN_THREADS 256
-#define SCAN_S 4 /* rows per thread per tile */
-#ifndef SCAN_FALLBACK_INLINE
-#define SCAN_FALLBACK_INLINE __noinline__
-#endif
-#ifndef SCAN_MINB_F
-#define SCAN_MINB_F 3
-#endif
-#ifndef SCAN_MINB_B
-#define SCAN_MINB_B 2
-#endif
-#define SCAN_MINB(bwd, var) ((bwd) ? SCAN_MINB_B : SCAN_MINB_F)
 
 /* ---- device helpers --------------------------------------------------------- */
 
-/* A 16-byte vector of the element type and its width. */
-template <typename T> struct vec16;
-template <> struct vec16<float> {
-  typedef float4 type;
-  static constexpr int n = 4;
-};
-template <> struct vec16<double> {
-  typedef double2 type;
-  static constexpr int n = 2;
-};
-
-__device__ __forceinline__ void vec_load(const float *p, float (&r)[4]) {
-  float4 q = __ldcs((const float4 *)p);
+/* Vector loads and stores of two adjacent elements (8 or 16 bytes). */
+__device__ __forceinline__ void vec_load(const float *p, float (&r)[2]) {
+  float2 q = __ldcs((const float2 *)p);
   r[0] = q.x;
   r[1] = q.y;
-  r[2] = q.z;
-  r[3] = q.w;
 }
 __device__ __forceinline__ void vec_load(const double *p, double (&r)[2]) {
   double2 q = __ldcs((const double2 *)p);
   r[0] = q.x;
   r[1] = q.y;
 }
-__device__ __forceinline__ void vec_store(float *p, const float (&r)[4]) {
-  __stcs((float4 *)p, make_float4(r[0], r[1], r[2], r[3]));
+__device__ __forceinline__ void vec_store(float *p, const float (&r)[2]) {
+  __stcs((float2 *)p, make_float2(r[0], r[1]));
 }
 __device__ __forceinline__ void vec_store(double *p, const double (&r)[2]) {
   __stcs((double2 *)p, make_double2(r[0], r[1]));
@@ -94,8 +75,8 @@ __device__ __forceinline__ void vec_store(double *p, const double (&r)[2]) {
 
 /* r <- the VEC channels j0.. of one row starting at base + off; jrem = N - j0
  * channels remain in the row, and channels past the row read as 0. With vec
- * the row and the channel group are 16-byte aligned and jrem is either <= 0
- * or >= VEC. */
+ * the row and the channel group are aligned to a whole vector and jrem is
+ * either <= 0 or >= VEC. */
 template <typename T, int VEC>
 __device__ __forceinline__ void row_load(const T *base, int64_t off, int64_t jrem, int vec,
                                          T (&r)[VEC]) {
@@ -148,14 +129,14 @@ __device__ __forceinline__ double drive_at(const T *B, const T *X, const T *dy, 
 }
 
 /* Runs n steps of the recurrence from c, starting at row t and moving in scan
- * order. Kept out of line: it only runs when a composed map cannot be
- * trusted. */
+ * order. Kept out of line: it only runs when a chunk map cannot be trusted. */
 template <typename T, bool VAR, bool BWD>
-__device__ SCAN_FALLBACK_INLINE double seq_steps(const T *A, const T *B, const T *X, const T *dy,
+__device__ __noinline__ double seq_steps(const T *A, const T *B, const T *X, const T *dy,
                                          int64_t T_len, int64_t N, int64_t t, int64_t n,
                                          int64_t j, double c) {
   for (int64_t s = 0; s < n; s++, t += BWD ? -1 : 1)
-    c = fma(coef_at<T, VAR, BWD>(A, T_len, N, t, j), c, drive_at<T, VAR, BWD>(B, X, dy, N, t, j));
+    c = fma(coef_at<T, VAR, BWD>(A, T_len, N, t, j), c,
+            drive_at<T, VAR, BWD>(B, X, dy, N, t, j));
   return c;
 }
 
@@ -168,25 +149,48 @@ struct scan_args {
   int64_t seq_len, state;
   int64_t chunk_len;          /* rows per chunk (T when time is not split) */
   int64_t chunks;
-  int vec;                    /* 16-byte vector access is valid for every row */
+  int vec;                    /* vector access is valid for every row */
   double *agg_a, *agg_b;      /* (chunks, N): chunk maps; agg_b then holds carries in */
   double *part_a, *part_b;    /* (chunks, N): per-chunk dA, dB (shared backward) */
 };
 
-/* Passes a carry c through the map (a, b) of rows t.. (n of them, in scan
- * order) of channel j; see the file comment for the two exceptions. */
+/* Passes a carry c through the chunk map (a, b) of rows t.. (n of them, in
+ * scan order) of channel j; see the file comment for the two exceptions. */
 template <typename T, bool VAR, bool BWD>
 __device__ __forceinline__ double chain_step(const scan_args &p, double a, double b, double c,
                                              int64_t t, int64_t n, int64_t j) {
   if (c == 0.0) return b;
   double r = fma(a, c, b);
-  if (SCAN_NOFB && !isfinite(r) && isfinite(c) && n > 0)
+  if (!isfinite(r) && isfinite(c) && n > 0)
     r = seq_steps<T, VAR, BWD>((const T *)p.A, (const T *)p.B, (const T *)p.X,
                                (const T *)p.dy, p.seq_len, p.state, t, n, j, c);
   return r;
 }
 
 /* ---- kernels ------------------------------------------------------------------ */
+
+/*
+ * Tile shape per element type: each thread moves VEC adjacent channels (one
+ * 8- or 16-byte access a row) and composes `rows` consecutive rows.
+ *
+ * The row count is what lets the chain step inside a block use the composed
+ * maps without a fallback. For float32 data in float64, 4 rows give maps
+ * with |product| <= (3.4e38)^4 ~ 1.3e154 and |recurrence from 0| <= 4 *
+ * 1.2e77 * (3.4e38)^3 ~ 2e193, both finite and normal, so fma(a, c, b) is
+ * only non-finite when the state itself leaves the double range. For
+ * float64 data no such bound exists, so each thread composes a single row
+ * and the chain step is the recurrence itself.
+ */
+/* min_blocks_*: resident blocks per multiprocessor the register budget is
+ * fitted to (each block walks a whole range of time, so keeping all of a
+ * typical grid resident at once matters). */
+template <typename T> struct scan_shape;
+template <> struct scan_shape<float> {
+  static constexpr int vec = 2, rows = 4, min_blocks_fwd = 4, min_blocks_bwd = 3;
+};
+template <> struct scan_shape<double> {
+  static constexpr int vec = 2, rows = 1, min_blocks_fwd = 4, min_blocks_bwd = 4;
+};
 
 /*
  * The tiled scan of one (channel group, chunk) per block: grid (groups,
@@ -202,10 +206,11 @@ __device__ __forceinline__ double chain_step(const scan_args &p, double a, doubl
  * in the replay, which keeps them out of registers across the chain step.
  */
 template <typename T, bool VAR, bool BWD, bool AGG, int TX, int TY>
-__global__ void __launch_bounds__(TX * TY, SCAN_MINB(BWD, VAR))
+__global__ void __launch_bounds__(TX * TY, BWD ? scan_shape<T>::min_blocks_bwd
+                                                : scan_shape<T>::min_blocks_fwd)
     scan_tiles(const scan_args p, int64_t chunk0) {
-  constexpr int VEC = vec16<T>::n;
-  constexpr int S = SCAN_S;
+  constexpr int VEC = scan_shape<T>::vec;
+  constexpr int S = scan_shape<T>::rows;
   constexpr int W = TX * VEC;
   constexpr int L = TY * S;
   constexpr int64_t DIR = BWD ? -1 : 1;
@@ -228,7 +233,8 @@ __global__ void __launch_bounds__(TX * TY, SCAN_MINB(BWD, VAR))
   const int64_t j0 = (int64_t)blockIdx.x * W + tx * VEC; /* this thread's first channel */
   const int64_t jrem = N - j0;
   const int vec = p.vec;
-  const bool pf = vec && jrem > 0 && (tx & 1) == 0; /* one L2 prefetch per 32-byte sector */
+  constexpr int PF_EVERY = 32 / (VEC * (int)sizeof(T)); /* threads per 32-byte sector */
+  const bool pf = vec && jrem > 0 && tx % PF_EVERY == 0;  /* one L2 prefetch per sector */
   const int64_t chunk = chunk0 + blockIdx.y;
   const int64_t t_lo = chunk * p.chunk_len;
   const int64_t t_hi = t_lo + p.chunk_len < T_len ? t_lo + p.chunk_len : T_len;
@@ -329,31 +335,29 @@ __global__ void __launch_bounds__(TX * TY, SCAN_MINB(BWD, VAR))
     }
     __syncthreads();
 
-    /* 2. Walk the sub-chunk maps in scan order, one thread per channel. */
+    /* 2. Walk the sub-chunk maps in scan order, one thread per channel. The
+     * maps cannot fail here (see scan_shape), so this is a plain fma. */
     if (chain) {
 #pragma unroll 4
       for (int k = 0; k < TY; k++) {
         const double a = sh_a[k][tid], b = sh_b[k][tid];
         if (!AGG) sh_c[k][tid] = carry;
-        if (chain_live) {
-          const int64_t qk = i * L + k * S;
-          const int64_t n = len - qk < S ? len - qk : S;
-          carry = chain_step<T, VAR, BWD>(p, a, b, carry, first + DIR * qk, n, jc);
-          if (AGG) prod *= a;
-        }
+        carry = fma(a, carry, b);
+        if (AGG) prod *= a;
       }
     }
     __syncthreads();
 
     /* 3. Rerun this thread's rows from their carry and write the results. */
     if (!AGG) {
-      T rh[S][VEC];
+      T rh[S][VEC], rz[S][VEC]; /* backward: h[t-1] and X rows */
       if (BWD) {
 #pragma unroll
         for (int s = 0; s < S; s++) {
           if (s >= nv) break;
           const int64_t off = off0 + s * rstep;
           if (VAR) row_load(B, off, jrem, vec, rb[s]);
+          row_load(X, off, jrem, vec, rz[s]);
           if (t0 + DIR * s > 0) row_load(Hs, off - N, jrem, vec, rh[s]);
           else row_load(h0, j0, jrem, vec, rh[s]);
         }
@@ -365,8 +369,6 @@ __global__ void __launch_bounds__(TX * TY, SCAN_MINB(BWD, VAR))
       for (int s = 0; s < S; s++) {
         if (s >= nv) break;
         const int64_t off = off0 + s * rstep;
-        T xs[VEC];
-        if (BWD) row_load(X, off, jrem, vec, xs);
         T o1[VEC], o2[VEC], o3[VEC];
 #pragma unroll
         for (int v = 0; v < VEC; v++) {
@@ -378,7 +380,7 @@ __global__ void __launch_bounds__(TX * TY, SCAN_MINB(BWD, VAR))
             o1[v] = (T)c[v];
           } else {
             o1[v] = (T)(c[v] * bw); /* dX */
-            const double hp = (double)rh[s][v], xv = (double)xs[v];
+            const double hp = (double)rh[s][v], xv = (double)rz[s][v];
             if (VAR) {
               o2[v] = (T)(c[v] * hp); /* dA */
               o3[v] = (T)(c[v] * xv); /* dB */
@@ -486,21 +488,33 @@ __global__ void scan_partials(const scan_args p) {
 
 /* ---- launchers ------------------------------------------------------------------ */
 
+/* True when every row pointer is aligned to a whole vector and rows of N
+ * elements keep that alignment, so rows can be moved as vectors. */
+static int scan_vec_ok(size_t bytes, int64_t N, size_t es, const void *const *ptrs, int count) {
+  if (((uint64_t)N * es) % bytes != 0) return 0;
+  for (int i = 0; i < count; i++)
+    if ((uintptr_t)ptrs[i] % bytes != 0) return 0;
+  return 1;
+}
+
 /* Runs the scan (forward or backward, shared or token-dependent form) with
- * the schedule that fits the sizes. */
+ * the schedule that fits the sizes. rows lists the pointers read or written
+ * by rows (their alignment decides vector access). */
 template <typename T, bool VAR, bool BWD>
-static bk_status scan_run(bk_context *ctx, const char *fn, scan_args p) {
+static bk_status scan_run(bk_context *ctx, const char *fn, scan_args p, const void *const *rows,
+                          int nrows) {
   const cudaStream_t stream = bk_stream(ctx);
   const int64_t sm = bk_cu(ctx)->sm_count > 0 ? bk_cu(ctx)->sm_count : 1;
-  constexpr int VEC = vec16<T>::n;
+  constexpr int VEC = scan_shape<T>::vec, S = scan_shape<T>::rows;
   const int64_t T_len = p.seq_len, N = p.state;
+  p.vec = scan_vec_ok(VEC * sizeof(T), N, sizeof(T), rows, nrows);
   p.chunk_len = T_len;
   p.chunks = 1;
   p.agg_a = p.agg_b = p.part_a = p.part_b = NULL;
 
-  /* Short sequences: wide, shallow tiles (64 x 4 threads, 16 rows). */
+  /* Short sequences: wide, shallow tiles (64 x 4 threads). */
   if (T_len <= 32) {
-    constexpr int TX = 64, TY = SCAN_THREADS / 64, W = TX * VEC;
+    constexpr int TX = 64, TY = SCAN_THREADS / TX, W = TX * VEC;
     const int64_t groups = (N + W - 1) / W;
     if (groups > INT32_MAX)
       return bk__fail(BK_ERR_UNSUPPORTED, fn, "state = %lld needs more than 2^31 blocks",
@@ -510,18 +524,19 @@ static bk_status scan_run(bk_context *ctx, const char *fn, scan_args p) {
     return bk__cuda_launched(fn, "scan_tiles");
   }
 
-  constexpr int TX = 8, TY = SCAN_THREADS / 8, W = TX * VEC, L = TY * SCAN_S;
+  /* Long sequences: 16 x 16 threads, 32 channels a block. */
+  constexpr int TX = 16, TY = SCAN_THREADS / TX, W = TX * VEC, L = TY * S;
   const int64_t groups = (N + W - 1) / W;
   if (groups > INT32_MAX)
     return bk__fail(BK_ERR_UNSUPPORTED, fn, "state = %lld needs more than 2^31 blocks",
                     (long long)N);
 
   /* Split time only when the channel groups alone leave the device short
-   * of blocks; chunks keep at least two tiles each. */
+   * of blocks; chunks keep at least 256 rows and two tiles each. */
   int64_t chunks = 1;
   if (groups < 2 * sm) {
     chunks = (4 * sm + groups - 1) / groups;
-    const int64_t most = T_len / (2 * L);
+    const int64_t most = T_len / (2 * L > 256 ? 2 * L : 256);
     if (chunks > most) chunks = most;
   }
   if (chunks < 2) {
@@ -570,17 +585,10 @@ static bk_status scan_run(bk_context *ctx, const char *fn, scan_args p) {
 }
 
 template <typename T, bool BWD>
-static bk_status scan_dispatch(bk_context *ctx, const char *fn, const scan_args &p, int var) {
-  return var ? scan_run<T, true, BWD>(ctx, fn, p) : scan_run<T, false, BWD>(ctx, fn, p);
-}
-
-/* True when every pointer is 16-byte aligned and rows of N elements keep
- * that alignment, so rows can be moved as 16-byte vectors. */
-static int scan_vec_ok(size_t es, int64_t N, const void *const *ptrs, int count) {
-  if (((uint64_t)N * es) % 16 != 0) return 0;
-  for (int i = 0; i < count; i++)
-    if ((uintptr_t)ptrs[i] % 16 != 0) return 0;
-  return 1;
+static bk_status scan_dispatch(bk_context *ctx, const char *fn, const scan_args &p, int var,
+                               const void *const *rows, int nrows) {
+  return var ? scan_run<T, true, BWD>(ctx, fn, p, rows, nrows)
+             : scan_run<T, false, BWD>(ctx, fn, p, rows, nrows);
 }
 
 /* ---- entries ------------------------------------------------------------------- */
@@ -598,9 +606,9 @@ extern "C" bk_status bk__cuda_scan_diag(bk_context *ctx, bk_dtype dt, const void
   p.seq_len = seq_len;
   p.state = state;
   const void *rows[] = {X, y, A, B};
-  p.vec = scan_vec_ok(bk__dtype_size(dt), state, rows, var ? 4 : 2);
-  return dt == BK_F32 ? scan_dispatch<float, false>(ctx, fn, p, var)
-                      : scan_dispatch<double, false>(ctx, fn, p, var);
+  const int nrows = var ? 4 : 2;
+  return dt == BK_F32 ? scan_dispatch<float, false>(ctx, fn, p, var, rows, nrows)
+                      : scan_dispatch<double, false>(ctx, fn, p, var, rows, nrows);
 }
 
 extern "C" bk_status bk__cuda_scan_diag_backward(bk_context *ctx, bk_dtype dt, const void *A,
@@ -623,7 +631,7 @@ extern "C" bk_status bk__cuda_scan_diag_backward(bk_context *ctx, bk_dtype dt, c
   p.seq_len = seq_len;
   p.state = state;
   const void *rows[] = {X, out, dy, dX, h0, A, B, dA, dB};
-  p.vec = scan_vec_ok(bk__dtype_size(dt), state, rows, var ? 9 : 5);
-  return dt == BK_F32 ? scan_dispatch<float, true>(ctx, fn, p, var)
-                      : scan_dispatch<double, true>(ctx, fn, p, var);
+  const int nrows = var ? 9 : 5;
+  return dt == BK_F32 ? scan_dispatch<float, true>(ctx, fn, p, var, rows, nrows)
+                      : scan_dispatch<double, true>(ctx, fn, p, var, rows, nrows);
 }

@@ -1,9 +1,895 @@
-/* PENDING: replaced by the family implementation. */
+/*
+ * xent.cu — CUDA cross-entropies: bk_xent_weighted_mean and bk_xent_teacher
+ * (loss and student gradient).
+ *
+ * The losses are read in one pass. Per thread, an online state keeps the
+ * running maximum m of the logits and sums taken relative to it, rescaled
+ * whenever m grows:
+ *  - weighted mean: s = sum exp(x - m), W = sum w, A = sum w*(x - m); the
+ *    row's loss is sum w*(lse - x) = log(S)*W - A once the states are
+ *    rescaled to the row maximum M (lse - M = log S). No term loses digits
+ *    to cancellation: every difference is taken against a maximum.
+ *  - teacher: (mS, sS) for the student, (mT, sT) for the teacher and
+ *    u = sum exp(T - mT)*(S - mS); the row's loss is log(SS) - U/ST.
+ * A row holding a non-finite logit or weight (or, in float64, a magnitude
+ * above 1e150, where the rewritten sums could overflow differently) is
+ * evaluated literally instead by the same threads, reading it again: max,
+ * then the sum of exponentials, then the terms exactly as SPEC 3.2 words
+ * them (w*(lse - x), or w*lse - w*x when lse - x is not finite), so those
+ * rows get the contract's IEEE results.
+ * Row losses are summed per block in a fixed order into a scratch array,
+ * then one block folds the array in a fixed order in float64 and writes the
+ * single result: deterministic, no atomics.
+ *
+ * The gradient (softmax(S) - softmax(T))/rows needs both rows' statistics
+ * before any output, so it keeps a register cache of both rows (like the
+ * softmax row engine) and streams what does not fit.
+ *
+ * Few long rows (fewer than two per multiprocessor) are split into chunks:
+ * one kernel writes each chunk's state, then a fold per row (a block per row
+ * for the losses, a block per chunk for the gradient) combines the chunks
+ * in a fixed order.
+ */
 #include "cuda_internal.h"
 
-extern "C" bk_status bk__cuda_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits, const void *w, void *y, int64_t rows, int64_t cols) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_xent_weighted_mean", "not yet implemented");
+#include <math.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+/* ---- device helpers ---------------------------------------------------------------- */
+
+static constexpr unsigned XE_FULL_MASK = 0xffffffffu;
+
+/* Magnitude above which a float64 row is evaluated literally. */
+static constexpr double XE_LIM = 1e150;
+
+template <typename T> struct xe_traits;
+template <> struct xe_traits<float> {
+  static constexpr int vec = 4;
+  static constexpr int ept = 8; /* gradient: cached elements per thread and operand */
+};
+template <> struct xe_traits<double> {
+  static constexpr int vec = 2;
+  static constexpr int ept = 2;
+};
+
+static __device__ __forceinline__ float xe_exp(float v) { return expf(v); }
+static __device__ __forceinline__ double xe_exp(double v) { return exp(v); }
+static __device__ __forceinline__ float xe_fmax(float a, float b) { return fmaxf(a, b); }
+static __device__ __forceinline__ double xe_fmax(double a, double b) { return fmax(a, b); }
+
+template <int VEC, typename T>
+static __device__ __forceinline__ void xe_load(const T *p, T *r) {
+  if constexpr (VEC == 1) {
+    r[0] = *p;
+  } else if constexpr (sizeof(T) == 4) {
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    r[0] = v.x;
+    r[1] = v.y;
+    r[2] = v.z;
+    r[3] = v.w;
+  } else {
+    const double2 v = *reinterpret_cast<const double2 *>(p);
+    r[0] = v.x;
+    r[1] = v.y;
+  }
 }
-extern "C" bk_status bk__cuda_xent_teacher(bk_context *ctx, bk_dtype dt, const void *S, const void *T, void *y, int64_t rows, int64_t cols, int gradient) {
-  return bk__fail(BK_ERR_UNSUPPORTED, "bk__cuda_xent_teacher", "not yet implemented");
+
+template <int VEC, typename T>
+static __device__ __forceinline__ void xe_store(T *p, const T *r) {
+  if constexpr (VEC == 1) {
+    __stcs(p, r[0]);
+  } else if constexpr (sizeof(T) == 4) {
+    __stcs(reinterpret_cast<float4 *>(p), make_float4(r[0], r[1], r[2], r[3]));
+  } else {
+    __stcs(reinterpret_cast<double2 *>(p), make_double2(r[0], r[1]));
+  }
+}
+
+/* Small aggregates reduced together. */
+template <typename U> struct xe_pair {
+  U a, b;
+};
+struct xe_tri {
+  double a, b, c;
+};
+
+static __device__ __forceinline__ float xe_shfl(float v, int off) {
+  return __shfl_xor_sync(XE_FULL_MASK, v, off);
+}
+static __device__ __forceinline__ double xe_shfl(double v, int off) {
+  return __shfl_xor_sync(XE_FULL_MASK, v, off);
+}
+template <typename U>
+static __device__ __forceinline__ xe_pair<U> xe_shfl(xe_pair<U> v, int off) {
+  return xe_pair<U>{xe_shfl(v.a, off), xe_shfl(v.b, off)};
+}
+static __device__ __forceinline__ xe_tri xe_shfl(xe_tri v, int off) {
+  return xe_tri{xe_shfl(v.a, off), xe_shfl(v.b, off), xe_shfl(v.c, off)};
+}
+
+/* Combines: sums of doubles (and their aggregates), maxima ignoring NaN. */
+struct xe_sum {
+  __device__ __forceinline__ double operator()(double x, double y) const { return x + y; }
+  __device__ __forceinline__ xe_pair<double> operator()(xe_pair<double> x,
+                                                        xe_pair<double> y) const {
+    return xe_pair<double>{x.a + y.a, x.b + y.b};
+  }
+  __device__ __forceinline__ xe_tri operator()(xe_tri x, xe_tri y) const {
+    return xe_tri{x.a + y.a, x.b + y.b, x.c + y.c};
+  }
+};
+struct xe_max {
+  __device__ __forceinline__ float operator()(float x, float y) const { return fmaxf(x, y); }
+  __device__ __forceinline__ double operator()(double x, double y) const { return fmax(x, y); }
+  template <typename U>
+  __device__ __forceinline__ xe_pair<U> operator()(xe_pair<U> x, xe_pair<U> y) const {
+    return xe_pair<U>{xe_fmax(x.a, y.a), xe_fmax(x.b, y.b)};
+  }
+};
+
+/* Butterfly over the warp (every lane ends with the same value: each step
+ * combines equal halves with a commutative operation), and its block-wide
+ * form (warp results folded in warp order; the leading barrier keeps a
+ * previous call's readers of sh safe). */
+template <typename A, typename Op>
+static __device__ __forceinline__ A xe_warp_allreduce(A v, Op op) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = op(v, xe_shfl(v, off));
+  return v;
+}
+
+template <bool WARP, typename A, typename Op>
+static __device__ __forceinline__ A xe_allreduce(A v, Op op, A *sh) {
+  v = xe_warp_allreduce(v, op);
+  if constexpr (!WARP) {
+    const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+    const int nw = (int)(blockDim.x >> 5);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = sh[0];
+    for (int w = 1; w < nw; ++w) v = op(v, sh[w]);
+  }
+  return v;
+}
+
+template <bool WARP>
+static __device__ __forceinline__ bool xe_any(bool p) {
+  if constexpr (WARP)
+    return __any_sync(XE_FULL_MASK, p) != 0;
+  else
+    return __syncthreads_or(p) != 0;
+}
+
+/* Shared scratch of a group reduction. */
+template <typename T> struct xe_shared {
+  T m[32];
+  xe_pair<T> m2[32];
+  double d[32];
+  xe_pair<double> d2[32];
+  xe_tri d3[32];
+};
+
+static __device__ __forceinline__ bool xe_out_of_range(double v) { return !(fabs(v) <= XE_LIM); }
+
+/* Online (max, sum of exp) over one operand; see softmax.cu. A -inf seen
+ * while m is -inf is skipped (it adds exp(-inf - M) = 0 for a finite final
+ * maximum, and a -inf final maximum makes the row non-finite anyway). */
+template <typename T>
+static __device__ __forceinline__ void xe_online(T &m, double &s, T x) {
+  if (x > m) {
+    s = s * (double)xe_exp(m - x) + 1.0;
+    m = x;
+  } else if (!(x == m && m == (T)-INFINITY)) {
+    s += (double)xe_exp(x - m);
+  }
+}
+
+template <typename T>
+static __device__ __forceinline__ double xe_rescale(T m, double s, T M) {
+  return m == (T)-INFINITY ? s : s * (double)xe_exp(m - M);
+}
+
+/* The weighted-mean state of one thread (or chunk), relative to m. */
+template <typename T> struct xe_wm_state {
+  T m;
+  double s, W, A;
+  bool bad;
+  __device__ __forceinline__ void init() {
+    m = (T)-INFINITY;
+    s = W = A = 0.0;
+    bad = false;
+  }
+  __device__ __forceinline__ void add(T x, T w) {
+    bad |= xe_out_of_range((double)x) || xe_out_of_range((double)w);
+    if (x > m) {
+      if (m == (T)-INFINITY) {
+        s = 1.0;
+      } else {
+        s = s * (double)xe_exp(m - x) + 1.0;
+        A -= ((double)x - (double)m) * W;
+      }
+      m = x;
+    } else {
+      s += (double)xe_exp(x - m);
+    }
+    W += (double)w;
+    A += (double)w * ((double)x - (double)m);
+  }
+};
+
+/* The teacher state: student (mS, sS), teacher (mT, sT) and
+ * u = sum exp(T - mT)*(S - mS). */
+template <typename T> struct xe_tl_state {
+  T mS, mT;
+  double sS, sT, u;
+  bool bad;
+  __device__ __forceinline__ void init() {
+    mS = mT = (T)-INFINITY;
+    sS = sT = u = 0.0;
+    bad = false;
+  }
+  __device__ __forceinline__ void add(T s, T t) {
+    bad |= xe_out_of_range((double)s) || xe_out_of_range((double)t);
+    if (s > mS) {
+      if (mS == (T)-INFINITY) {
+        sS = 1.0;
+      } else {
+        sS = sS * (double)xe_exp(mS - s) + 1.0;
+        u -= ((double)s - (double)mS) * sT;
+      }
+      mS = s;
+    } else {
+      sS += (double)xe_exp(s - mS);
+    }
+    if (t > mT) {
+      if (mT != (T)-INFINITY) {
+        const double f = (double)xe_exp(mT - t);
+        sT *= f;
+        u *= f;
+      }
+      mT = t;
+    }
+    const double e = (double)xe_exp(t - mT);
+    sT += e;
+    u += e * ((double)s - (double)mS);
+  }
+};
+
+/* Chunk statistics of the split path (and the folded row), relative to the
+ * maxima they carry. Weighted mean: v = {m, s, W, A}; teacher loss:
+ * v = {mS, sS, mT, sT, u}; gradient: v = {mS, sS, mT, sT}. */
+struct xe_stat {
+  double v[5];
+  int bad;
+};
+
+enum { XE_WMEAN = 0, XE_TLOSS = 1, XE_TGRAD = 2 };
+
+/* Streams the vector range [q, q1) of one row (stride G) into a state, two
+ * vector pairs in flight per thread (more would spill the float64 states
+ * at 1024 threads a block). */
+template <typename T, int VEC, typename State>
+static __device__ __forceinline__ void xe_stream(State &st, const T *a, const T *b, int64_t q,
+                                                 int64_t q1, int64_t G) {
+  for (; q + G < q1; q += 2 * G) {
+    T ta[2][VEC], tb[2][VEC];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      xe_load<VEC>(a + (q + k * G) * VEC, ta[k]);
+      xe_load<VEC>(b + (q + k * G) * VEC, tb[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) st.add(ta[k][e], tb[k][e]);
+  }
+  if (q < q1) {
+    T ta[VEC], tb[VEC];
+    xe_load<VEC>(a + q * VEC, ta);
+    xe_load<VEC>(b + q * VEC, tb);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) st.add(ta[e], tb[e]);
+  }
+}
+
+/* Group reduction of thread states to the group's state relative to its
+ * maxima (written into out.v), and the group's bad flag. */
+template <bool WARP, typename T>
+static __device__ __forceinline__ void xe_group_state(const xe_wm_state<T> &st, xe_stat &out,
+                                                      xe_shared<T> &sh) {
+  const T M = xe_allreduce<WARP>(st.m, xe_max(), sh.m);
+  xe_tri v{0.0, 0.0, 0.0};
+  if (st.m != (T)-INFINITY)
+    v = xe_tri{st.s * (double)xe_exp(st.m - M), st.W, st.A + ((double)st.m - (double)M) * st.W};
+  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3);
+  out.v[0] = (double)M;
+  out.v[1] = v.a;
+  out.v[2] = v.b;
+  out.v[3] = v.c;
+  out.v[4] = 0.0;
+}
+
+template <bool WARP, typename T>
+static __device__ __forceinline__ void xe_group_state(const xe_tl_state<T> &st, xe_stat &out,
+                                                      xe_shared<T> &sh) {
+  const xe_pair<T> M = xe_allreduce<WARP>(xe_pair<T>{st.mS, st.mT}, xe_max(), sh.m2);
+  xe_tri v{0.0, 0.0, 0.0};
+  if (st.mS != (T)-INFINITY) {
+    const double f = (double)xe_exp(st.mT - M.b);
+    v = xe_tri{st.sS * (double)xe_exp(st.mS - M.a), st.sT * f,
+               f * (st.u + ((double)st.mS - (double)M.a) * st.sT)};
+  }
+  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3);
+  out.v[0] = (double)M.a;
+  out.v[1] = v.a;
+  out.v[2] = (double)M.b;
+  out.v[3] = v.b;
+  out.v[4] = v.c;
+}
+
+/* The loss of a row from its folded state. */
+static __device__ __forceinline__ double xe_finish(int kind, const xe_stat &st) {
+  if (kind == XE_WMEAN) return log(st.v[1]) * st.v[2] - st.v[3];
+  return log(st.v[1]) - st.v[4] / st.v[3];
+}
+
+/* Folds chunk statistics c = 0..nch-1 of one row with warp 0 (lane l takes
+ * chunks l, l+32, ...; then butterflies): the row's statistics relative to
+ * the row maxima. Called by the 32 lanes of one warp. */
+static __device__ void xe_fold_chunks(int kind, const xe_stat *st, int64_t nch, xe_stat &out) {
+  const int lane = (int)(threadIdx.x & 31);
+  double M0 = -INFINITY, M1 = -INFINITY;
+  int bad = 0;
+  for (int64_t c = lane; c < nch; c += 32) {
+    M0 = fmax(M0, st[c].v[0]);
+    if (kind != XE_WMEAN) M1 = fmax(M1, st[c].v[2]);
+    bad |= st[c].bad;
+  }
+  M0 = xe_warp_allreduce(M0, xe_max());
+  M1 = xe_warp_allreduce(M1, xe_max());
+  bad = __any_sync(XE_FULL_MASK, bad != 0) ? 1 : 0;
+  xe_tri v{0.0, 0.0, 0.0};
+  for (int64_t c = lane; c < nch; c += 32) {
+    const double *s = st[c].v;
+    if (kind == XE_WMEAN) {
+      if (s[0] != -INFINITY)
+        v = xe_sum()(v, xe_tri{s[1] * exp(s[0] - M0), s[2], s[3] + (s[0] - M0) * s[2]});
+    } else {
+      const double a = s[0] == -INFINITY ? s[1] : s[1] * exp(s[0] - M0);
+      const double f = s[2] == -INFINITY ? 0.0 : exp(s[2] - M1);
+      const double b = s[2] == -INFINITY ? s[3] : s[3] * f;
+      const double u = kind == XE_TLOSS && s[0] != -INFINITY ? f * (s[4] + (s[0] - M0) * s[3]) : 0.0;
+      v = xe_sum()(v, xe_tri{a, b, u});
+    }
+  }
+  v = xe_warp_allreduce(v, xe_sum());
+  if (kind == XE_WMEAN) {
+    out.v[0] = M0;
+    out.v[1] = v.a;
+    out.v[2] = v.b;
+    out.v[3] = v.c;
+    out.v[4] = 0.0;
+  } else {
+    out.v[0] = M0;
+    out.v[1] = v.a;
+    out.v[2] = M1;
+    out.v[3] = v.b;
+    out.v[4] = v.c;
+  }
+  out.bad = bad;
+}
+
+/* Literal evaluation of one row by a group (the contract's formulas in
+ * float64, each in its own pass over the row). */
+template <bool WARP, typename T, int VEC>
+static __device__ double xe_wm_literal(const T *xr, const T *wr, int64_t nvec, int64_t g,
+                                       int64_t G, xe_shared<T> &sh) {
+  T m = (T)-INFINITY;
+  for (int64_t q = g; q < nvec; q += G) {
+    T t[VEC];
+    xe_load<VEC>(xr + q * VEC, t);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) m = xe_fmax(m, t[e]);
+  }
+  const double M = (double)xe_allreduce<WARP>(m, xe_max(), sh.m);
+  double s = 0.0;
+  for (int64_t q = g; q < nvec; q += G) {
+    T t[VEC];
+    xe_load<VEC>(xr + q * VEC, t);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s += exp((double)t[e] - M);
+  }
+  const double lse = M + log(xe_allreduce<WARP>(s, xe_sum(), sh.d));
+  double a = 0.0;
+  for (int64_t q = g; q < nvec; q += G) {
+    T t[VEC], w[VEC];
+    xe_load<VEC>(xr + q * VEC, t);
+    xe_load<VEC>(wr + q * VEC, w);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const double x = (double)t[e], wt = (double)w[e];
+      const double d = lse - x;
+      a += isfinite(d) ? wt * d : wt * lse - wt * x;
+    }
+  }
+  return xe_allreduce<WARP>(a, xe_sum(), sh.d);
+}
+
+template <bool WARP, typename T, int VEC>
+static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, int64_t g,
+                                       int64_t G, xe_shared<T> &sh) {
+  xe_pair<T> m{(T)-INFINITY, (T)-INFINITY};
+  for (int64_t q = g; q < nvec; q += G) {
+    T a[VEC], b[VEC];
+    xe_load<VEC>(sr + q * VEC, a);
+    xe_load<VEC>(tr + q * VEC, b);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) m = xe_max()(m, xe_pair<T>{a[e], b[e]});
+  }
+  m = xe_allreduce<WARP>(m, xe_max(), sh.m2);
+  const double MS = (double)m.a, MT = (double)m.b;
+  xe_tri v{0.0, 0.0, 0.0};
+  for (int64_t q = g; q < nvec; q += G) {
+    T a[VEC], b[VEC];
+    xe_load<VEC>(sr + q * VEC, a);
+    xe_load<VEC>(tr + q * VEC, b);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      const double ds = (double)a[e] - MS, et = exp((double)b[e] - MT);
+      v = xe_sum()(v, xe_tri{exp(ds), et, et * ds});
+    }
+  }
+  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3);
+  return log(v.a) - v.c / v.b;
+}
+
+/* ---- kernels: losses ------------------------------------------------------------------ */
+
+/*
+ * Row losses, one row per group (WARP: a warp, blockDim 256; else the
+ * block), rows visited grid-stride. Each block writes the sum of its rows'
+ * losses, in visiting order, to part[blockIdx.x].
+ */
+template <typename T, int VEC, bool WARP, int KIND>
+static __global__ void __launch_bounds__(1024)
+    xent_loss_rows_kernel(const T *__restrict__ a, const T *__restrict__ b,
+                          double *__restrict__ part, int64_t rows, int64_t cols) {
+  using State = typename std::conditional<KIND == XE_WMEAN, xe_wm_state<T>, xe_tl_state<T>>::type;
+  __shared__ xe_shared<T> sh;
+  __shared__ double sh_warp[32];
+  const int64_t G = WARP ? 32 : (int64_t)blockDim.x;
+  const int64_t g = WARP ? (int64_t)(threadIdx.x & 31) : (int64_t)threadIdx.x;
+  const int64_t per_block = WARP ? (int64_t)(blockDim.x >> 5) : 1;
+  const int64_t first = (int64_t)blockIdx.x * per_block + (WARP ? (int64_t)(threadIdx.x >> 5) : 0);
+  const int64_t step = (int64_t)gridDim.x * per_block;
+  const int64_t nvec = cols / VEC;
+  double acc = 0.0;
+  for (int64_t r = first; r < rows; r += step) {
+    const T *ar = a + r * cols, *br = b + r * cols;
+    State st;
+    st.init();
+    xe_stream<T, VEC>(st, ar, br, g, nvec, G);
+    double loss;
+    if (!xe_any<WARP>(st.bad)) {
+      xe_stat rs;
+      xe_group_state<WARP>(st, rs, sh);
+      loss = xe_finish(KIND, rs);
+    } else if (KIND == XE_WMEAN) {
+      loss = xe_wm_literal<WARP, T, VEC>(ar, br, nvec, g, G, sh);
+    } else {
+      loss = xe_tl_literal<WARP, T, VEC>(ar, br, nvec, g, G, sh);
+    }
+    acc += loss;
+  }
+  if constexpr (WARP) {
+    if ((threadIdx.x & 31) == 0) sh_warp[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double s = sh_warp[0];
+      for (int w = 1; w < (int)(blockDim.x >> 5); ++w) s += sh_warp[w];
+      part[blockIdx.x] = s;
+    }
+  } else {
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+  }
+}
+
+/* Split path: the state of chunk c of row r (unit r*nch + c) over the vector
+ * range [c*clen, min(nvec, (c+1)*clen)), for any KIND. */
+template <typename T, int VEC, int KIND>
+static __global__ void __launch_bounds__(256)
+    xent_split_stats_kernel(const T *__restrict__ a, const T *__restrict__ b,
+                            xe_stat *__restrict__ stats, int64_t rows, int64_t cols, int64_t nch,
+                            int64_t clen) {
+  __shared__ xe_shared<T> sh;
+  const int64_t nvec = cols / VEC;
+  const int64_t units = rows * nch;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t r = u / nch, c = u - r * nch;
+    const int64_t q0 = c * clen;
+    const int64_t q1 = q0 + clen < nvec ? q0 + clen : nvec;
+    const T *ar = a + r * cols, *br = b + r * cols;
+    xe_stat out;
+    if constexpr (KIND == XE_WMEAN) {
+      xe_wm_state<T> st;
+      st.init();
+      xe_stream<T, VEC>(st, ar, br, q0 + threadIdx.x, q1, blockDim.x);
+      out.bad = xe_any<false>(st.bad) ? 1 : 0;
+      xe_group_state<false>(st, out, sh);
+    } else if constexpr (KIND == XE_TLOSS) {
+      xe_tl_state<T> st;
+      st.init();
+      xe_stream<T, VEC>(st, ar, br, q0 + threadIdx.x, q1, blockDim.x);
+      out.bad = xe_any<false>(st.bad) ? 1 : 0;
+      xe_group_state<false>(st, out, sh);
+    } else {
+      /* Gradient: the two online (max, sum) pairs only. */
+      T mS = (T)-INFINITY, mT = (T)-INFINITY;
+      double sS = 0.0, sT = 0.0;
+      for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+        T ta[VEC], tb[VEC];
+        xe_load<VEC>(ar + q * VEC, ta);
+        xe_load<VEC>(br + q * VEC, tb);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          xe_online(mS, sS, ta[e]);
+          xe_online(mT, sT, tb[e]);
+        }
+      }
+      const xe_pair<T> M = xe_allreduce<false>(xe_pair<T>{mS, mT}, xe_max(), sh.m2);
+      const xe_pair<double> S = xe_allreduce<false>(
+          xe_pair<double>{xe_rescale(mS, sS, M.a), xe_rescale(mT, sT, M.b)}, xe_sum(), sh.d2);
+      out.v[0] = (double)M.a;
+      out.v[1] = S.a;
+      out.v[2] = (double)M.b;
+      out.v[3] = S.b;
+      out.v[4] = 0.0;
+      out.bad = 0;
+    }
+    if (threadIdx.x == 0) stats[u] = out;
+  }
+}
+
+/* Split path, losses: a block per row folds the row's chunk states (warp 0)
+ * and finishes the loss, or evaluates the row literally when a chunk saw a
+ * non-finite or huge value. loss[r] is the row's loss. */
+template <typename T, int VEC, int KIND>
+static __global__ void __launch_bounds__(256)
+    xent_split_loss_kernel(const T *__restrict__ a, const T *__restrict__ b,
+                           const xe_stat *__restrict__ stats, double *__restrict__ loss,
+                           int64_t rows, int64_t cols, int64_t nch) {
+  __shared__ xe_shared<T> sh;
+  __shared__ xe_stat sh_row;
+  const int64_t nvec = cols / VEC;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    __syncthreads(); /* the previous row's readers of sh_row are done */
+    if (threadIdx.x < 32) {
+      xe_stat st;
+      xe_fold_chunks(KIND, stats + r * nch, nch, st);
+      if (threadIdx.x == 0) sh_row = st;
+    }
+    __syncthreads();
+    if (!sh_row.bad) {
+      if (threadIdx.x == 0) loss[r] = xe_finish(KIND, sh_row);
+    } else {
+      const double l =
+          KIND == XE_WMEAN
+              ? xe_wm_literal<false, T, VEC>(a + r * cols, b + r * cols, nvec, threadIdx.x,
+                                             blockDim.x, sh)
+              : xe_tl_literal<false, T, VEC>(a + r * cols, b + r * cols, nvec, threadIdx.x,
+                                             blockDim.x, sh);
+      if (threadIdx.x == 0) loss[r] = l;
+    }
+  }
+}
+
+/* One block folds the n partial sums in a fixed order: y[0] = sum / rows. */
+template <typename T>
+static __global__ void __launch_bounds__(1024)
+    xent_final_kernel(const double *__restrict__ part, int64_t n, T *__restrict__ y, int64_t rows) {
+  __shared__ double sh[32];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+  s = xe_allreduce<false>(s, xe_sum(), sh);
+  if (threadIdx.x == 0) y[0] = (T)(s / (double)rows);
+}
+
+/* ---- kernels: teacher gradient ---------------------------------------------------------- */
+
+/*
+ * y = (softmax(S_r) - softmax(T_r)) / rows, one row per group (WARP: a warp,
+ * blockDim 256; else the block). Each thread caches EPT elements of both
+ * rows (chunk i at vector index i*G + g), streams the rest with online
+ * (max, sum) pairs and reads those again for the output.
+ */
+template <typename T, int VEC, bool WARP>
+static __global__ void __launch_bounds__(1024)
+    xent_grad_rows_kernel(const T *__restrict__ S, const T *__restrict__ Tt, T *__restrict__ y,
+                          int64_t rows, int64_t cols) {
+  constexpr int EPT = xe_traits<T>::ept;
+  constexpr int NC = EPT / VEC;
+  __shared__ xe_shared<T> sh;
+  const T ninf = (T)-INFINITY;
+  const int64_t G = WARP ? 32 : (int64_t)blockDim.x;
+  const int64_t g = WARP ? (int64_t)(threadIdx.x & 31) : (int64_t)threadIdx.x;
+  const int64_t per_block = WARP ? (int64_t)(blockDim.x >> 5) : 1;
+  const int64_t first = (int64_t)blockIdx.x * per_block + (WARP ? (int64_t)(threadIdx.x >> 5) : 0);
+  const int64_t step = (int64_t)gridDim.x * per_block;
+  const int64_t nvec = cols / VEC;
+  const int64_t unc0 = NC * G + g;
+  const double inv_rows = 1.0 / (double)rows;
+  for (int64_t r = first; r < rows; r += step) {
+    const T *sr = S + r * cols, *tr = Tt + r * cols;
+    T *yr = y + r * cols;
+    T vs[EPT], vt[EPT];
+    xe_pair<T> m{ninf, ninf};
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+        xe_load<VEC>(sr + q * VEC, &vs[i * VEC]);
+        xe_load<VEC>(tr + q * VEC, &vt[i * VEC]);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          m = xe_max()(m, xe_pair<T>{vs[i * VEC + e], vt[i * VEC + e]});
+      }
+    }
+    T umS = ninf, umT = ninf;
+    double usS = 0.0, usT = 0.0;
+    for (int64_t q = unc0; q < nvec; q += G) {
+      T ta[VEC], tb[VEC];
+      xe_load<VEC>(sr + q * VEC, ta);
+      xe_load<VEC>(tr + q * VEC, tb);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        xe_online(umS, usS, ta[e]);
+        xe_online(umT, usT, tb[e]);
+      }
+    }
+    m = xe_max()(m, xe_pair<T>{umS, umT});
+    const xe_pair<T> M = xe_allreduce<WARP>(m, xe_max(), sh.m2);
+
+    xe_pair<double> s{xe_rescale(umS, usS, M.a), xe_rescale(umT, usT, M.b)};
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const T es = xe_exp(vs[i * VEC + e] - M.a), et = xe_exp(vt[i * VEC + e] - M.b);
+          vs[i * VEC + e] = es;
+          vt[i * VEC + e] = et;
+          s.a += (double)es;
+          s.b += (double)et;
+        }
+      }
+    }
+    const xe_pair<double> Ssum = xe_allreduce<WARP>(s, xe_sum(), sh.d2);
+    const T as = (T)(inv_rows / Ssum.a), at = (T)(inv_rows / Ssum.b);
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+        T o[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) o[e] = vs[i * VEC + e] * as - vt[i * VEC + e] * at;
+        xe_store<VEC>(yr + q * VEC, o);
+      }
+    }
+    for (int64_t q = unc0; q < nvec; q += G) {
+      T ta[VEC], tb[VEC], o[VEC];
+      xe_load<VEC>(sr + q * VEC, ta);
+      xe_load<VEC>(tr + q * VEC, tb);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) o[e] = xe_exp(ta[e] - M.a) * as - xe_exp(tb[e] - M.b) * at;
+      xe_store<VEC>(yr + q * VEC, o);
+    }
+  }
+}
+
+/* Split path, gradient: warp 0 folds the row's chunk statistics, then the
+ * block writes its chunk; chunks are visited in reverse so that the data
+ * the statistics kernel read last is still in L2. */
+template <typename T, int VEC>
+static __global__ void __launch_bounds__(256)
+    xent_split_grad_kernel(const T *__restrict__ S, const T *__restrict__ Tt,
+                           const xe_stat *__restrict__ stats, T *__restrict__ y, int64_t rows,
+                           int64_t cols, int64_t nch, int64_t clen) {
+  __shared__ xe_stat sh_row;
+  const int64_t nvec = cols / VEC;
+  const int64_t units = rows * nch;
+  const double inv_rows = 1.0 / (double)rows;
+  for (int64_t k = blockIdx.x; k < units; k += gridDim.x) {
+    const int64_t u = units - 1 - k;
+    const int64_t r = u / nch, c = u - r * nch;
+    __syncthreads(); /* the previous unit's readers of sh_row are done */
+    if (threadIdx.x < 32) {
+      xe_stat st;
+      xe_fold_chunks(XE_TGRAD, stats + r * nch, nch, st);
+      if (threadIdx.x == 0) sh_row = st;
+    }
+    __syncthreads();
+    const T MS = (T)sh_row.v[0], MT = (T)sh_row.v[2];
+    const T as = (T)(inv_rows / sh_row.v[1]), at = (T)(inv_rows / sh_row.v[3]);
+    const int64_t q0 = c * clen;
+    const int64_t q1 = q0 + clen < nvec ? q0 + clen : nvec;
+    const T *sr = S + r * cols, *tr = Tt + r * cols;
+    T *yr = y + r * cols;
+    for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
+      T ta[VEC], tb[VEC], o[VEC];
+      xe_load<VEC>(sr + q * VEC, ta);
+      xe_load<VEC>(tr + q * VEC, tb);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) o[e] = xe_exp(ta[e] - MS) * as - xe_exp(tb[e] - MT) * at;
+      xe_store<VEC>(yr + q * VEC, o);
+    }
+  }
+}
+
+/* ---- launchers ---------------------------------------------------------------------------- */
+
+static unsigned xe_grid(int64_t units) {
+  return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
+}
+
+static bool xe_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Chunks of at least this many elements when few long rows are split. */
+static const int64_t XE_MIN_CHUNK = 4096;
+
+/* The chunking of the split path, or nch = 0 when rows are many or short. */
+static void xe_split_plan(int64_t sm, int64_t rows, int64_t cols, int64_t nvec, int64_t *nch,
+                          int64_t *clen) {
+  *nch = 0;
+  *clen = 0;
+  if (rows >= 2 * sm || cols < 2 * XE_MIN_CHUNK) return;
+  int64_t n = (4 * sm + rows - 1) / rows;
+  const int64_t max_n = cols / XE_MIN_CHUNK;
+  if (n > max_n) n = max_n;
+  *clen = (nvec + n - 1) / n;
+  *nch = (nvec + *clen - 1) / *clen;
+}
+
+/* Threads of a block-per-row kernel: about eight vectors per thread. */
+static int xe_block_threads(int64_t nvec) {
+  int threads = 64;
+  while (threads < nvec / 8 && threads < 1024) threads <<= 1;
+  return threads;
+}
+
+template <typename T, int VEC, int KIND>
+static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, const T *b, T *y,
+                                  int64_t rows, int64_t cols) {
+  cudaStream_t stream = bk_stream(ctx);
+  const int64_t sm = bk_cu(ctx)->sm_count;
+  const int64_t nvec = cols / VEC;
+  int64_t nch, clen;
+  xe_split_plan(sm, rows, cols, nvec, &nch, &clen);
+  void *scratch = NULL;
+  bk_status st;
+  if (nch > 0) {
+    const int64_t units = rows * nch;
+    const size_t stat_bytes = (size_t)units * sizeof(xe_stat);
+    st = bk__cuda_scratch(ctx, stat_bytes + (size_t)rows * sizeof(double), &scratch);
+    if (st != BK_OK) return st;
+    xe_stat *stats = (xe_stat *)scratch;
+    double *loss = (double *)((char *)scratch + stat_bytes);
+    xent_split_stats_kernel<T, VEC, KIND>
+        <<<xe_grid(units), 256, 0, stream>>>(a, b, stats, rows, cols, nch, clen);
+    st = bk__cuda_launched(fn, "xent_split_stats_kernel");
+    if (st == BK_OK) {
+      xent_split_loss_kernel<T, VEC, KIND>
+          <<<xe_grid(rows), 256, 0, stream>>>(a, b, stats, loss, rows, cols, nch);
+      st = bk__cuda_launched(fn, "xent_split_loss_kernel");
+    }
+    if (st == BK_OK) {
+      xent_final_kernel<T><<<1, 1024, 0, stream>>>(loss, rows, y, rows);
+      st = bk__cuda_launched(fn, "xent_final_kernel");
+    }
+    bk__cuda_scratch_free(ctx, scratch);
+    return st;
+  }
+  /* Enough blocks to fill the device, a bounded number of partial sums. */
+  const bool warp = cols <= 1024;
+  const int threads = warp ? 256 : xe_block_threads(nvec);
+  const int64_t units = warp ? (rows + 7) / 8 : rows;
+  const int64_t cap = 32 * sm;
+  const int64_t blocks = units < cap ? units : cap;
+  st = bk__cuda_scratch(ctx, (size_t)blocks * sizeof(double), &scratch);
+  if (st != BK_OK) return st;
+  double *part = (double *)scratch;
+  if (warp)
+    xent_loss_rows_kernel<T, VEC, true, KIND>
+        <<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, rows, cols);
+  else
+    xent_loss_rows_kernel<T, VEC, false, KIND>
+        <<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, rows, cols);
+  st = bk__cuda_launched(fn, "xent_loss_rows_kernel");
+  if (st == BK_OK) {
+    xent_final_kernel<T><<<1, 1024, 0, stream>>>(part, blocks, y, rows);
+    st = bk__cuda_launched(fn, "xent_final_kernel");
+  }
+  bk__cuda_scratch_free(ctx, scratch);
+  return st;
+}
+
+template <typename T, int VEC>
+static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, const T *Tt, T *y,
+                                  int64_t rows, int64_t cols) {
+  constexpr int EPT = xe_traits<T>::ept;
+  cudaStream_t stream = bk_stream(ctx);
+  const int64_t sm = bk_cu(ctx)->sm_count;
+  const int64_t nvec = cols / VEC;
+  int64_t nch, clen;
+  xe_split_plan(sm, rows, cols, nvec, &nch, &clen);
+  if (nch > 0) {
+    const int64_t units = rows * nch;
+    void *scratch = NULL;
+    bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(xe_stat), &scratch);
+    if (st != BK_OK) return st;
+    xe_stat *stats = (xe_stat *)scratch;
+    xent_split_stats_kernel<T, VEC, XE_TGRAD>
+        <<<xe_grid(units), 256, 0, stream>>>(S, Tt, stats, rows, cols, nch, clen);
+    st = bk__cuda_launched(fn, "xent_split_stats_kernel");
+    if (st == BK_OK) {
+      xent_split_grad_kernel<T, VEC>
+          <<<xe_grid(units), 256, 0, stream>>>(S, Tt, stats, y, rows, cols, nch, clen);
+      st = bk__cuda_launched(fn, "xent_split_grad_kernel");
+    }
+    bk__cuda_scratch_free(ctx, scratch);
+    return st;
+  }
+  if (cols <= 32 * EPT) {
+    xent_grad_rows_kernel<T, VEC, true>
+        <<<xe_grid((rows + 7) / 8), 256, 0, stream>>>(S, Tt, y, rows, cols);
+    return bk__cuda_launched(fn, "xent_grad_rows_kernel");
+  }
+  const int64_t need = (cols + EPT - 1) / EPT;
+  int threads = 64;
+  while (threads < need && threads < 1024) threads <<= 1;
+  xent_grad_rows_kernel<T, VEC, false><<<xe_grid(rows), threads, 0, stream>>>(S, Tt, y, rows, cols);
+  return bk__cuda_launched(fn, "xent_grad_rows_kernel");
+}
+
+/* Picks 16-byte vectors when every pointer and the row length allow. */
+template <typename T, int KIND>
+static bk_status xent_dispatch(bk_context *ctx, const char *fn, const void *a, const void *b,
+                               void *y, int64_t rows, int64_t cols) {
+  constexpr int V = xe_traits<T>::vec;
+  const bool vec = cols % V == 0 && xe_aligned16(a) && xe_aligned16(b) &&
+                   (KIND != XE_TGRAD || xe_aligned16(y));
+  const T *pa = (const T *)a, *pb = (const T *)b;
+  T *py = (T *)y;
+  if constexpr (KIND == XE_TGRAD) {
+    if (vec) return xent_grad_launch<T, V>(ctx, fn, pa, pb, py, rows, cols);
+    return xent_grad_launch<T, 1>(ctx, fn, pa, pb, py, rows, cols);
+  } else {
+    if (vec) return xent_loss_launch<T, V, KIND>(ctx, fn, pa, pb, py, rows, cols);
+    return xent_loss_launch<T, 1, KIND>(ctx, fn, pa, pb, py, rows, cols);
+  }
+}
+
+/* ---- entries -------------------------------------------------------------------------------- */
+
+extern "C" bk_status bk__cuda_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits,
+                                                 const void *w, void *y, int64_t rows,
+                                                 int64_t cols) {
+  static const char fn[] = "bk_xent_weighted_mean";
+  if (dt == BK_F32) return xent_dispatch<float, XE_WMEAN>(ctx, fn, logits, w, y, rows, cols);
+  return xent_dispatch<double, XE_WMEAN>(ctx, fn, logits, w, y, rows, cols);
+}
+
+extern "C" bk_status bk__cuda_xent_teacher(bk_context *ctx, bk_dtype dt, const void *S,
+                                           const void *T, void *y, int64_t rows, int64_t cols,
+                                           int gradient) {
+  static const char fn[] = "bk_xent_teacher";
+  if (gradient) {
+    if (dt == BK_F32) return xent_dispatch<float, XE_TGRAD>(ctx, fn, S, T, y, rows, cols);
+    return xent_dispatch<double, XE_TGRAD>(ctx, fn, S, T, y, rows, cols);
+  }
+  if (dt == BK_F32) return xent_dispatch<float, XE_TLOSS>(ctx, fn, S, T, y, rows, cols);
+  return xent_dispatch<double, XE_TLOSS>(ctx, fn, S, T, y, rows, cols);
 }
