@@ -2,7 +2,8 @@
  * bufkern — the command-line tool.
  *
  *   bufkern info                  version, build options, BLAS, devices
- *   bufkern demo [options]        model blocks forward and backward, checked
+ *   bufkern demo [options]        model blocks: gradient checks, then training
+ *   bufkern check [options]       the contract's examples of every primitive
  *   bufkern bench [options]       timings of every primitive
  *   bufkern help [command]
  *
@@ -11,6 +12,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "bufkern.h"
+#include "cli.h"
 #include "examples.h"
 
 #include <inttypes.h>
@@ -19,46 +21,63 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef BK_TOOL_HAVE_BENCH
 int bk_tool_bench(int argc, char **argv);
 #endif
 
-/* ---- helpers ---------------------------------------------------------------- */
+/* ---- helpers shared with check.c --------------------------------------------- */
 
-static int report(bk_status st, const char *what) {
+const char *cli_status_name(bk_status st) {
+  switch (st) {
+#define BK_STATUS_NAME_(name, value, text) \
+  case name:                               \
+    return #name;
+    BK_STATUS_LIST(BK_STATUS_NAME_)
+#undef BK_STATUS_NAME_
+  }
+  return "BK_UNKNOWN_STATUS";
+}
+
+int cli_report(bk_status st, const char *what) {
   if (st == BK_OK) return 0;
-  fprintf(stderr, "bufkern: %s failed: %s (%d): %s\n", what, bk_status_string(st), (int)st,
-          bk_last_error());
+  const char *detail = bk_last_error();
+  fprintf(stderr, "bufkern: %s failed: %s (%s)%s%s\n", what, cli_status_name(st),
+          bk_status_string(st), detail[0] ? ": " : "", detail);
   return 1;
 }
 
-static double now_s(void) {
+double cli_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Parses "cpu" or "cuda:N" (or "cuda"). */
-static int parse_device(const char *s, bk_device *d) {
+int cli_parse_device(const char *s, bk_device *d) {
   if (strcmp(s, "cpu") == 0) {
     *d = (bk_device){BK_DEVICE_CPU, 0};
     return 1;
   }
-  if (strncmp(s, "cuda", 4) == 0) {
-    d->kind = BK_DEVICE_CUDA;
-    d->index = s[4] == ':' ? atoi(s + 5) : 0;
-    return s[4] == '\0' || s[4] == ':';
+  if (strncmp(s, "cuda", 4) != 0) return 0;
+  if (s[4] == '\0') {
+    *d = (bk_device){BK_DEVICE_CUDA, 0};
+    return 1;
   }
-  return 0;
+  if (s[4] != ':' || s[5] == '\0') return 0;
+  char *end = NULL;
+  const long index = strtol(s + 5, &end, 10);
+  if (*end != '\0' || index < 0 || index > INT32_MAX) return 0;
+  *d = (bk_device){BK_DEVICE_CUDA, (int32_t)index};
+  return 1;
 }
 
-static bk_device default_device(void) {
+bk_device cli_default_device(void) {
   if (bk_cuda_device_count() > 0) return (bk_device){BK_DEVICE_CUDA, 0};
   return (bk_device){BK_DEVICE_CPU, 0};
 }
 
-static const char *device_text(bk_device d, char *buf, size_t cap) {
+const char *cli_device_text(bk_device d, char *buf, size_t cap) {
   if (d.kind == BK_DEVICE_CPU)
     snprintf(buf, cap, "cpu");
   else
@@ -68,157 +87,615 @@ static const char *device_text(bk_device d, char *buf, size_t cap) {
 
 /* ---- info --------------------------------------------------------------------- */
 
+static void info_usage(void) {
+  printf("usage: bufkern info\n\n"
+         "Prints the library version, the build facts (backends, BLAS, OpenMP, build type)\n"
+         "and every CUDA device with whether a context can be created on it.\n");
+}
+
 static int cmd_info(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
+  if (argc > 0 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+    info_usage();
+    return 0;
+  }
+  if (argc > 0) {
+    fprintf(stderr, "bufkern info: unexpected argument %s (see bufkern help info)\n", argv[0]);
+    return 2;
+  }
   printf("bufkern %s\n%s", bk_version(), bk_build_info());
-  int n = bk_cuda_device_count();
+  const int n = bk_cuda_device_count();
   printf("cuda devices: %d\n", n);
   for (int i = 0; i < n; i++) {
     bk_context *ctx = NULL;
-    if (bk_context_create((bk_device){BK_DEVICE_CUDA, i}, &ctx) == BK_OK) {
+    const bk_status st = bk_context_create((bk_device){BK_DEVICE_CUDA, i}, &ctx);
+    if (st == BK_OK) {
       printf("  cuda:%d available\n", i);
       bk_context_destroy(ctx);
     } else {
-      printf("  cuda:%d unavailable: %s\n", i, bk_last_error());
+      printf("  cuda:%d unavailable: %s: %s\n", i, cli_status_name(st), bk_last_error());
     }
   }
+  printf("default device: %s\n", bk_cuda_device_count() > 0 ? "cuda:0" : "cpu");
   return 0;
 }
 
-/* ---- demo --------------------------------------------------------------------- */
+/* ---- demo: the model ------------------------------------------------------------ */
+
+/* The demo model's sizes: B sequences of T tokens with IN input features,
+ * width D, V classes. Small enough that 200 training steps take seconds on
+ * two CPU cores; every block runs on the same (B, T, D) activations. */
+enum {
+  DM_B = 4,       /* sequences per batch */
+  DM_T = 32,      /* tokens per sequence (also the FFT length) */
+  DM_IN = 8,      /* input features per token */
+  DM_D = 16,      /* model width */
+  DM_HEADS = 2,   /* attention heads */
+  DM_INNER = 16,  /* Mamba inner width */
+  DM_CONV = 4,    /* Mamba convolution width */
+  DM_EXPERTS = 4, /* experts */
+  DM_TOP_K = 2,   /* experts per token */
+  DM_HIDDEN = 16, /* expert hidden width */
+  DM_MODES = 8,   /* spectral modes kept of T/2+1 */
+  DM_V = 8,       /* classes */
+  DM_ROWS = DM_B * DM_T
+};
+
+/* Weight of the hard-label term of the distillation loss. */
+static const double DM_HARD_WEIGHT = 0.5;
+
+typedef enum demo_kind {
+  K_ATTENTION,
+  K_MAMBA,
+  K_MOE,
+  K_SPECTRAL,
+  K_DISTILL,
+  K_MODEL,
+  K_COUNT
+} demo_kind;
+
+/* The table's name for a block of each kind. */
+static const char *kind_label(demo_kind kind) {
+  static char text[K_COUNT][64];
+  switch (kind) {
+  case K_ATTENTION:
+    snprintf(text[kind], sizeof text[kind], "causal self-attention (%d heads)", DM_HEADS);
+    break;
+  case K_MAMBA:
+    snprintf(text[kind], sizeof text[kind], "Mamba-style block (E=%d, K=%d)", DM_INNER, DM_CONV);
+    break;
+  case K_MOE:
+    snprintf(text[kind], sizeof text[kind], "mixture of experts (%d, top %d)", DM_EXPERTS,
+             DM_TOP_K);
+    break;
+  case K_SPECTRAL:
+    snprintf(text[kind], sizeof text[kind], "spectral layer (%d of %d modes)", DM_MODES,
+             DM_T / 2 + 1);
+    break;
+  case K_DISTILL: return "distillation loss";
+  case K_MODEL: return "model (all blocks + loss)";
+  case K_COUNT: return "";
+  }
+  return text[kind];
+}
+
+/* The synthetic task: each token's class distribution comes from a fixed
+ * random "teacher" that looks at the token and at the one before it, so
+ * the student needs sequence mixing to match it. */
+typedef struct demo_task {
+  double A[DM_IN * DM_V], C[DM_IN * DM_V]; /* teacher weights */
+} demo_task;
+
+static demo_task task_make(uint64_t seed) {
+  demo_task t;
+  ex_rng r = ex_rng_seed(seed);
+  const double bound = 2.0 * sqrt(3.0 / DM_IN);
+  for (int i = 0; i < DM_IN * DM_V; i++) t.A[i] = bound * ex_uniform(&r);
+  for (int i = 0; i < DM_IN * DM_V; i++) t.C[i] = bound * ex_uniform(&r);
+  return t;
+}
+
+/* One batch: x (B, T, IN), teacher logits and one-hot labels (B*T, V). */
+static void task_batch(const demo_task *t, ex_rng *r, double *x, double *teacher,
+                       double *labels) {
+  for (int i = 0; i < DM_ROWS * DM_IN; i++) x[i] = sqrt(3.0) * ex_uniform(r);
+  for (int row = 0; row < DM_ROWS; row++) {
+    const double *now = x + row * DM_IN;
+    const double *before = row % DM_T == 0 ? NULL : now - DM_IN;
+    double *logit = teacher + row * DM_V;
+    int best = 0;
+    for (int v = 0; v < DM_V; v++) {
+      double acc = 0.0;
+      for (int i = 0; i < DM_IN; i++) {
+        acc += now[i] * t->A[i * DM_V + v];
+        if (before) acc += before[i] * t->C[i * DM_V + v];
+      }
+      logit[v] = acc;
+      if (acc > logit[best]) best = v;
+    }
+    for (int v = 0; v < DM_V; v++) labels[row * DM_V + v] = v == best ? 1.0 : 0.0;
+  }
+}
+
+/* The model: embed, the four blocks, a head, the loss. *loss points at the
+ * chain's last child, whose targets change per batch. */
+static bk_status model_create(bk_context *ctx, bk_dtype dt, ex_block **model, ex_block **loss) {
+  ex_block *part[7] = {NULL};
+  const ex_attention_cfg att = {DM_B, DM_T, DM_D, DM_HEADS};
+  const ex_mamba_cfg mam = {DM_B, DM_T, DM_D, DM_INNER, DM_CONV};
+  const ex_moe_cfg moe = {DM_ROWS, DM_D, DM_EXPERTS, DM_TOP_K, DM_HIDDEN};
+  const ex_spectral_cfg spe = {DM_B, DM_T, DM_D, DM_MODES};
+  bk_status st = ex_linear_create(ctx, dt, DM_ROWS, DM_IN, DM_D, 11, &part[0]);
+  if (st == BK_OK) st = ex_attention_create(ctx, dt, &att, 12, &part[1]);
+  if (st == BK_OK) st = ex_mamba_create(ctx, dt, &mam, 13, &part[2]);
+  if (st == BK_OK) st = ex_moe_create(ctx, dt, &moe, 14, &part[3]);
+  if (st == BK_OK) st = ex_spectral_create(ctx, dt, &spe, 15, &part[4]);
+  if (st == BK_OK) st = ex_linear_create(ctx, dt, DM_ROWS, DM_D, DM_V, 16, &part[5]);
+  if (st == BK_OK) st = ex_distill_create(ctx, dt, DM_ROWS, DM_V, DM_HARD_WEIGHT, &part[6]);
+  *model = *loss = NULL;
+  if (st != BK_OK) {
+    for (int i = 0; i < 7; i++) ex_block_destroy(part[i]);
+    return st;
+  }
+  *loss = part[6];
+  return ex_chain_create("model", part, 7, model);
+}
+
+/* One block of the given kind with fixed seeds (so that twins on two
+ * devices are equal) and its input x (in_len host doubles, malloc'ed). */
+static bk_status demo_block(bk_context *ctx, bk_dtype dt, demo_kind kind, ex_block **b,
+                            double **x) {
+  const ex_attention_cfg att = {DM_B, DM_T, DM_D, DM_HEADS};
+  const ex_mamba_cfg mam = {DM_B, DM_T, DM_D, DM_INNER, DM_CONV};
+  const ex_moe_cfg moe = {DM_ROWS, DM_D, DM_EXPERTS, DM_TOP_K, DM_HIDDEN};
+  const ex_spectral_cfg spe = {DM_B, DM_T, DM_D, DM_MODES};
+  static double teacher[DM_ROWS * DM_V], labels[DM_ROWS * DM_V];
+  ex_block *loss = NULL;
+  ex_rng r = ex_rng_seed(1000 + (uint64_t)kind);
+  bk_status st = BK_OK;
+  *b = NULL;
+  *x = NULL;
+  switch (kind) {
+  case K_ATTENTION: st = ex_attention_create(ctx, dt, &att, 21, b); break;
+  case K_MAMBA: st = ex_mamba_create(ctx, dt, &mam, 22, b); break;
+  case K_MOE: st = ex_moe_create(ctx, dt, &moe, 23, b); break;
+  case K_SPECTRAL: st = ex_spectral_create(ctx, dt, &spe, 24, b); break;
+  case K_DISTILL:
+    st = ex_distill_create(ctx, dt, DM_ROWS, DM_V, DM_HARD_WEIGHT, b);
+    loss = *b;
+    break;
+  case K_MODEL: st = model_create(ctx, dt, b, &loss); break;
+  case K_COUNT: st = BK_ERR_INVALID_ARGUMENT; break;
+  }
+  if (st != BK_OK) return st;
+  *x = malloc((size_t)(*b)->in_len * sizeof **x);
+  if (!*x) {
+    ex_block_destroy(*b);
+    *b = NULL;
+    return BK_ERR_OUT_OF_MEMORY;
+  }
+  if (kind == K_MODEL) {
+    const demo_task task = task_make(7);
+    task_batch(&task, &r, *x, teacher, labels);
+  } else {
+    for (int64_t i = 0; i < (*b)->in_len; i++) (*x)[i] = 2.0 * ex_uniform(&r);
+    for (int i = 0; i < DM_ROWS * DM_V; i++) teacher[i] = 2.0 * ex_uniform(&r);
+    /* Soft label weights, not normalized: the loss takes any weights. */
+    for (int i = 0; i < DM_ROWS * DM_V; i++) labels[i] = 0.5 + 0.5 * ex_uniform(&r);
+  }
+  if (loss) st = ex_distill_set_targets(ctx, loss, teacher, labels);
+  if (st != BK_OK) {
+    ex_block_destroy(*b);
+    free(*x);
+    *b = NULL;
+    *x = NULL;
+  }
+  return st;
+}
+
+/* ---- demo: the table -------------------------------------------------------------- */
+
+typedef struct demo_row {
+  char block[64], check[96], error[64], time[32];
+  int pass;
+} demo_row;
+
+enum { MAX_ROWS = 32 };
+
+typedef struct demo_table {
+  demo_row row[MAX_ROWS];
+  int n;
+  int failed;
+} demo_table;
+
+static demo_row *table_add(demo_table *t, const char *block, const char *check) {
+  demo_row *r = &t->row[t->n < MAX_ROWS - 1 ? t->n++ : t->n];
+  snprintf(r->block, sizeof r->block, "%s", block);
+  snprintf(r->check, sizeof r->check, "%s", check);
+  snprintf(r->time, sizeof r->time, "-");
+  r->error[0] = '\0';
+  r->pass = 0;
+  return r;
+}
+
+static void row_result(demo_table *t, demo_row *r, double err, double tol) {
+  r->pass = err <= tol;
+  snprintf(r->error, sizeof r->error, "%.1e %s", err, r->pass ? "ok" : "FAILED");
+  if (!r->pass) t->failed++;
+}
+
+static void table_print(const demo_table *t) {
+  printf("| block | check | max error | time per step |\n|---|---|---|---|\n");
+  for (int i = 0; i < t->n; i++)
+    printf("| %s | %s | %s | %s |\n", t->row[i].block, t->row[i].check, t->row[i].error,
+           t->row[i].time);
+}
+
+/* ---- demo: checks ------------------------------------------------------------------ */
+
+/* Milliseconds per forward + backward of a block, averaged over enough
+ * repetitions to fill about a tenth of a second (after one warm-up). */
+static bk_status time_block(bk_context *ctx, ex_block *b, const double *x_host, double *ms) {
+  bk_buffer *x = NULL, *dy = NULL, *y = NULL, *dx = NULL;
+  bk_status st = BK_OK;
+  int reps = 0;
+  double t0 = 0.0, elapsed = 0.0;
+  EX_TRY(ex_from_doubles(ctx, b->dtype, x_host, b->in_len, &x));
+  EX_TRY(ex_fill(ctx, b->dtype, 1.0, b->out_len, &dy));
+  for (int i = -1; i < 50 && elapsed < 0.1; i++) {
+    if (i == 0) t0 = cli_now();
+    EX_TRY(ex_block_forward(ctx, b, x, &y));
+    EX_TRY(ex_block_backward(ctx, b, dy, &dx));
+    EX_RELEASE(&y, &dx);
+    EX_TRY(bk_context_synchronize(ctx));
+    if (i >= 0) {
+      reps++;
+      elapsed = cli_now() - t0;
+    }
+  }
+  *ms = 1e3 * elapsed / (reps > 0 ? reps : 1);
+done:
+  EX_RELEASE(&x, &dy, &y, &dx);
+  return st;
+}
+
+/* Gradient check in float64 on the device, and the time per step in the
+ * demo's dtype. */
+static bk_status check_gradients(bk_context *ctx, bk_dtype dt, demo_kind kind, demo_table *t) {
+  ex_block *b = NULL;
+  double *x = NULL, err = 0.0, ms = 0.0;
+  bk_buffer *xb = NULL;
+  bk_status st = BK_OK;
+  demo_row *r = table_add(t, kind_label(kind), "gradient vs finite differences, f64 (tol 1e-6)");
+  EX_TRY(demo_block(ctx, BK_F64, kind, &b, &x));
+  EX_TRY(ex_from_doubles(ctx, BK_F64, x, b->in_len, &xb));
+  EX_TRY(ex_gradcheck(ctx, b, xb, 77 + (uint64_t)kind, 10, 1e-5, &err));
+  row_result(t, r, err, 1e-6);
+  ex_block_destroy(b);
+  free(x);
+  b = NULL;
+  x = NULL;
+  EX_TRY(demo_block(ctx, dt, kind, &b, &x));
+  EX_TRY(time_block(ctx, b, x, &ms));
+  snprintf(r->time, sizeof r->time, "%.2f ms (%s)", ms, dt == BK_F32 ? "f32" : "f64");
+done:
+  EX_RELEASE(&xb);
+  ex_block_destroy(b);
+  free(x);
+  return st;
+}
+
+/* The same block on the device and on the CPU backend: forward outputs,
+ * input gradients and parameter gradients agree within tolerance. */
+static bk_status check_cross(bk_context *ctx, bk_context *cpu, bk_dtype dt, demo_kind kind,
+                             demo_table *t) {
+  ex_block *a = NULL, *b = NULL;
+  double *xa = NULL, *xb = NULL, err = 0.0;
+  const double tol = dt == BK_F32 ? 1e-4 : 1e-10;
+  bk_status st = BK_OK;
+  char what[96];
+  snprintf(what, sizeof what, "cuda vs cpu backend, %s (tol %s)", dt == BK_F32 ? "f32" : "f64",
+           dt == BK_F32 ? "1e-4" : "1e-10");
+  demo_row *r = table_add(t, kind_label(kind), what);
+  EX_TRY(demo_block(ctx, dt, kind, &a, &xa));
+  EX_TRY(demo_block(cpu, dt, kind, &b, &xb));
+  EX_TRY(ex_crosscheck(ctx, a, cpu, b, xa, 99, &err));
+  row_result(t, r, err, tol);
+done:
+  ex_block_destroy(a);
+  ex_block_destroy(b);
+  free(xa);
+  free(xb);
+  return st;
+}
+
+/* Attention whose scores overflow float32: Wqkv scaled by 1e20 makes
+ * |q k^T| about 1e40. The float32 block must notice (range-loss flag),
+ * replay its scores in float64, and agree with a float64 block. */
+static bk_status check_replay(bk_context *ctx, demo_table *t) {
+  const ex_attention_cfg cfg = {DM_B, DM_T, DM_D, DM_HEADS};
+  const int64_t n = DM_ROWS * DM_D;
+  ex_block *blk[2] = {NULL, NULL};
+  bk_buffer *x[2] = {NULL, NULL}, *y[2] = {NULL, NULL}, *big = NULL;
+  double *xh = malloc((size_t)n * sizeof *xh), *yh[2] = {NULL, NULL};
+  double diff = 0.0, scale = 0.0;
+  int64_t replays = 0;
+  ex_rng r = ex_rng_seed(5);
+  bk_status st = BK_OK;
+  demo_row *row = table_add(t, "attention, scores past the f32 range", "");
+  yh[0] = malloc((size_t)n * sizeof *yh[0]);
+  yh[1] = malloc((size_t)n * sizeof *yh[1]);
+  if (!xh || !yh[0] || !yh[1]) {
+    st = BK_ERR_OUT_OF_MEMORY;
+    goto done;
+  }
+  for (int64_t i = 0; i < n; i++) xh[i] = ex_uniform(&r);
+  for (int i = 0; i < 2; i++) {
+    const bk_dtype dt = i == 0 ? BK_F32 : BK_F64;
+    EX_TRY(ex_attention_create(ctx, dt, &cfg, 31, &blk[i]));
+    ex_param *w = ex_block_param(blk[i], "Wqkv");
+    if (!w) {
+      st = BK_ERR_INTERNAL;
+      goto done;
+    }
+    EX_TRY(ex_scale(ctx, 1e20, w->value, w->n, &big));
+    bk_buffer_release(w->value);
+    w->value = big;
+    big = NULL;
+    EX_TRY(ex_from_doubles(ctx, dt, xh, n, &x[i]));
+    EX_TRY(ex_block_forward(ctx, blk[i], x[i], &y[i]));
+    EX_TRY(ex_to_doubles(ctx, y[i], yh[i], n));
+  }
+  for (int64_t i = 0; i < n; i++) {
+    const double d = fabs(yh[0][i] - yh[1][i]);
+    diff = isfinite(d) ? fmax(diff, d) : INFINITY;
+    scale = fmax(scale, fabs(yh[1][i]));
+  }
+  /* Exactly one forward ran, so exactly one replay is expected. */
+  replays = ex_attention_replays(blk[0]);
+  snprintf(row->check, sizeof row->check, "f32 with %" PRId64 " float64 replay vs f64 (tol 1e-4)",
+           replays);
+  row_result(t, row, replays == 1 ? diff / scale : INFINITY, 1e-4);
+done:
+  for (int i = 0; i < 2; i++) {
+    ex_block_destroy(blk[i]);
+    EX_RELEASE(&x[i], &y[i]);
+    free(yh[i]);
+  }
+  free(xh);
+  return st;
+}
+
+/* ---- demo: training ------------------------------------------------------------------- */
 
 typedef struct demo_opts {
   bk_device device;
   bk_dtype dtype;
   int steps;
+  double lr;
 } demo_opts;
 
-/* Loss of the attention head: L = <O, G> for a fixed G, in float64 on the host. */
-static bk_status attention_loss(bk_context *ctx, ex_attention *att, const double *q,
-                                const double *k, const double *v, const double *g,
-                                double *loss) {
-  int64_t n = att->T * att->d;
-  bk_buffer *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *O = NULL, *L = NULL;
-  bk_status st = ex_from_doubles(ctx, BK_F64, q, n, &Q);
-  if (st == BK_OK) st = ex_from_doubles(ctx, BK_F64, k, n, &K);
-  if (st == BK_OK) st = ex_from_doubles(ctx, BK_F64, v, n, &V);
-  if (st == BK_OK) st = ex_from_doubles(ctx, BK_F64, g, n, &G);
-  if (st == BK_OK) st = ex_attention_forward(ctx, att, Q, K, V, &O);
-  if (st == BK_OK) st = ex_dot(ctx, O, G, n, &L);
-  if (st == BK_OK) st = ex_to_doubles(ctx, L, loss, 1);
-  bk_buffer_release(Q);
-  bk_buffer_release(K);
-  bk_buffer_release(V);
-  bk_buffer_release(G);
-  bk_buffer_release(O);
-  bk_buffer_release(L);
+/* Trains the model with plain SGD on fresh synthetic batches; fills loss[]
+ * (steps entries), the time per step, and the mean loss the teacher's own
+ * logits get on the same batches (a reference point: matching the teacher
+ * exactly scores this). */
+static bk_status train(bk_context *ctx, const demo_opts *o, double *loss, double *ms,
+                       double *floor_loss) {
+  static double x[DM_ROWS * DM_IN], teacher[DM_ROWS * DM_V], labels[DM_ROWS * DM_V];
+  const demo_task task = task_make(7);
+  ex_rng r = ex_rng_seed(2024);
+  ex_block *model = NULL, *head = NULL;
+  bk_buffer *xb = NULL, *L = NULL, *one = NULL, *dx = NULL, *tb = NULL, *Lt = NULL;
+  bk_status st = BK_OK;
+  double floor_sum = 0.0, floor_step = 0.0, busy = 0.0;
+  const int tty = isatty(fileno(stdout));
+  const int every = o->steps >= 10 ? o->steps / 5 : 1;
+  EX_TRY(model_create(ctx, o->dtype, &model, &head));
+  EX_TRY(ex_fill(ctx, o->dtype, 1.0, 1, &one));
+  for (int step = 0; step < o->steps; step++) {
+    task_batch(&task, &r, x, teacher, labels);
+    const double t0 = cli_now();
+    EX_TRY(ex_distill_set_targets(ctx, head, teacher, labels));
+    EX_TRY(ex_from_doubles(ctx, o->dtype, x, DM_ROWS * DM_IN, &xb));
+    EX_TRY(ex_block_forward(ctx, model, xb, &L));
+    EX_TRY(ex_to_doubles(ctx, L, &loss[step], 1));
+    EX_TRY(ex_block_backward(ctx, model, one, &dx));
+    EX_TRY(ex_sgd_step(ctx, model, o->lr));
+    EX_TRY(bk_context_synchronize(ctx));
+    busy += cli_now() - t0;
+    /* The floor: the loss block applied to the teacher's own logits. */
+    EX_TRY(ex_from_doubles(ctx, o->dtype, teacher, DM_ROWS * DM_V, &tb));
+    EX_TRY(ex_block_forward(ctx, head, tb, &Lt));
+    EX_TRY(ex_to_doubles(ctx, Lt, &floor_step, 1));
+    floor_sum += floor_step;
+    EX_RELEASE(&xb, &L, &dx, &tb, &Lt);
+    if (tty) {
+      printf("\r  training: step %4d/%d  loss %.4f", step + 1, o->steps, loss[step]);
+      fflush(stdout);
+    } else if ((step + 1) % every == 0 || step == 0) {
+      printf("  training: step %4d/%d  loss %.4f\n", step + 1, o->steps, loss[step]);
+    }
+  }
+  *ms = 1e3 * busy / (o->steps > 0 ? o->steps : 1);
+  *floor_loss = floor_sum / (o->steps > 0 ? o->steps : 1);
+done:
+  if (tty) printf("\n");
+  EX_RELEASE(&xb, &L, &one, &dx, &tb, &Lt);
+  ex_block_destroy(model);
   return st;
 }
 
-static uint64_t demo_rng = 88172645463325252ull;
-static double demo_uniform(void) {
-  demo_rng ^= demo_rng << 13;
-  demo_rng ^= demo_rng >> 7;
-  demo_rng ^= demo_rng << 17;
-  return (double)(demo_rng >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+/* Mean of loss[from, to). */
+static double mean_of(const double *loss, int from, int to) {
+  double acc = 0.0;
+  for (int i = from; i < to; i++) acc += loss[i];
+  return to > from ? acc / (to - from) : NAN;
 }
 
-/* Attention head: gradients of L = <O, G> by the backward composition,
- * against central finite differences of every input entry, in float64. */
-static int demo_attention(bk_context *ctx, double *max_err, double *ms_per_step) {
-  const int64_t T = 8, d = 4, n = T * d;
-  double q[32], k[32], v[32], g[32];
-  for (int64_t i = 0; i < n; i++) {
-    q[i] = demo_uniform();
-    k[i] = demo_uniform();
-    v[i] = demo_uniform();
-    g[i] = demo_uniform();
-  }
-  ex_attention att;
-  bk_status st = ex_attention_init(ctx, BK_F64, T, d, &att);
-  bk_buffer *Q = NULL, *K = NULL, *V = NULL, *G = NULL, *O = NULL;
-  bk_buffer *dQ = NULL, *dK = NULL, *dV = NULL;
-  double gq[32], gk[32], gv[32];
-  double t0 = now_s();
-  if (st == BK_OK) st = ex_from_doubles(ctx, BK_F64, q, n, &Q);
-  if (st == BK_OK) st = ex_from_doubles(ctx, BK_F64, k, n, &K);
-  if (st == BK_OK) st = ex_from_doubles(ctx, BK_F64, v, n, &V);
-  if (st == BK_OK) st = ex_from_doubles(ctx, BK_F64, g, n, &G);
-  if (st == BK_OK) st = ex_attention_forward(ctx, &att, Q, K, V, &O);
-  if (st == BK_OK) st = ex_attention_backward(ctx, &att, Q, K, V, G, &dQ, &dK, &dV);
-  if (st == BK_OK) st = ex_to_doubles(ctx, dQ, gq, n);
-  if (st == BK_OK) st = ex_to_doubles(ctx, dK, gk, n);
-  if (st == BK_OK) st = ex_to_doubles(ctx, dV, gv, n);
-  *ms_per_step = (now_s() - t0) * 1e3;
-  double worst = 0;
-  const double h = 1e-6;
-  for (int which = 0; which < 3 && st == BK_OK; which++) {
-    double *x = which == 0 ? q : which == 1 ? k : v;
-    const double *grad = which == 0 ? gq : which == 1 ? gk : gv;
-    for (int64_t i = 0; i < n && st == BK_OK; i++) {
-      double keep = x[i], lp = 0, lm = 0;
-      x[i] = keep + h;
-      st = attention_loss(ctx, &att, q, k, v, g, &lp);
-      x[i] = keep - h;
-      if (st == BK_OK) st = attention_loss(ctx, &att, q, k, v, g, &lm);
-      x[i] = keep;
-      double fd = (lp - lm) / (2 * h);
-      double err = fabs(fd - grad[i]) / (1.0 + fabs(fd));
-      if (err > worst) worst = err;
+/* ---- demo: the command ------------------------------------------------------------------- */
+
+static void demo_usage(void) {
+  printf(
+      "usage: bufkern demo [--device cpu|cuda:N] [--dtype f32|f64] [--steps N] [--lr X]\n\n"
+      "Runs model blocks composed only from bufkern's public primitives (examples/):\n"
+      "causal multi-head self-attention, a Mamba-style block, a mixture of experts, an\n"
+      "FNO-style spectral layer and a distillation loss, each forward and backward.\n\n"
+      "  1. checks every block's gradients against central finite differences in float64;\n"
+      "  2. on a GPU, checks every block against the CPU backend (same inputs: outputs,\n"
+      "     input gradients and parameter gradients);\n"
+      "  3. checks that attention whose scores overflow float32 replays them in float64;\n"
+      "  4. trains a small model (embedding, the four blocks, a head, the loss) with plain\n"
+      "     SGD on synthetic sequences, printing progress and the loss at checkpoints.\n\n"
+      "Prints a table (block | check | max error | time per step). Exits 0 when every\n"
+      "check passes and the training loss falls, 1 otherwise, 2 on a usage error.\n\n"
+      "options:\n"
+      "  --device D   cpu or cuda:N (default: cuda:0 when a GPU is visible, else cpu)\n"
+      "  --dtype T    f32 or f64 for the timings, the cross-check and training (default f32);\n"
+      "               the finite-difference checks always run in float64\n"
+      "  --steps N    training steps (default 200; 0 skips training)\n"
+      "  --lr X       SGD learning rate (default 0.5)\n");
+}
+
+/* Parses the demo's options; returns -1 to go on, else an exit status. */
+static int demo_parse(int argc, char **argv, demo_opts *o) {
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      demo_usage();
+      return 0;
+    }
+    if (strcmp(a, "--device") != 0 && strcmp(a, "--dtype") != 0 && strcmp(a, "--steps") != 0 &&
+        strcmp(a, "--lr") != 0) {
+      fprintf(stderr, "bufkern demo: unknown option %s (see bufkern demo --help)\n", a);
+      return 2;
+    }
+    if (!v) {
+      fprintf(stderr, "bufkern demo: %s needs a value (see bufkern demo --help)\n", a);
+      return 2;
+    }
+    i++;
+    char *end = NULL;
+    if (strcmp(a, "--device") == 0) {
+      if (!cli_parse_device(v, &o->device)) {
+        fprintf(stderr, "bufkern demo: --device takes cpu or cuda:N, not %s\n", v);
+        return 2;
+      }
+    } else if (strcmp(a, "--dtype") == 0) {
+      if (strcmp(v, "f32") == 0)
+        o->dtype = BK_F32;
+      else if (strcmp(v, "f64") == 0)
+        o->dtype = BK_F64;
+      else {
+        fprintf(stderr, "bufkern demo: --dtype takes f32 or f64, not %s\n", v);
+        return 2;
+      }
+    } else if (strcmp(a, "--steps") == 0) {
+      const long steps = strtol(v, &end, 10);
+      if (*end != '\0' || steps < 0 || steps > 1000000) {
+        fprintf(stderr, "bufkern demo: --steps takes a count in [0, 1000000], not %s\n", v);
+        return 2;
+      }
+      o->steps = (int)steps;
+    } else {
+      const double lr = strtod(v, &end);
+      if (*end != '\0' || !(lr > 0.0) || !isfinite(lr)) {
+        fprintf(stderr, "bufkern demo: --lr takes a positive number, not %s\n", v);
+        return 2;
+      }
+      o->lr = lr;
     }
   }
-  *max_err = worst;
-  bk_buffer_release(Q);
-  bk_buffer_release(K);
-  bk_buffer_release(V);
-  bk_buffer_release(G);
-  bk_buffer_release(O);
-  bk_buffer_release(dQ);
-  bk_buffer_release(dK);
-  bk_buffer_release(dV);
-  ex_attention_free(&att);
-  if (report(st, "attention demo")) return -1;
-  return worst < 1e-6 ? 1 : 0;
+  return -1;
 }
 
 static int cmd_demo(int argc, char **argv) {
-  demo_opts o = {default_device(), BK_F32, 200};
-  for (int i = 0; i < argc; i++) {
-    if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-      if (!parse_device(argv[++i], &o.device)) {
-        fprintf(stderr, "bufkern demo: --device takes cpu or cuda:N, not %s\n", argv[i]);
-        return 2;
-      }
-    } else if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) {
-      const char *t = argv[++i];
-      if (strcmp(t, "f32") == 0)
-        o.dtype = BK_F32;
-      else if (strcmp(t, "f64") == 0)
-        o.dtype = BK_F64;
-      else {
-        fprintf(stderr, "bufkern demo: --dtype takes f32 or f64, not %s\n", t);
-        return 2;
-      }
-    } else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
-      o.steps = atoi(argv[++i]);
-    } else {
-      fprintf(stderr, "bufkern demo: unknown option %s (see bufkern help demo)\n", argv[i]);
-      return 2;
-    }
-  }
+  demo_opts o = {cli_default_device(), BK_F32, 200, 0.5};
+  const int parsed = demo_parse(argc, argv, &o);
+  if (parsed >= 0) return parsed;
+
   char dev[32];
-  bk_context *ctx = NULL;
-  if (report(bk_context_create(o.device, &ctx), "bk_context_create")) return 1;
-  printf("bufkern demo on %s\n\n", device_text(o.device, dev, sizeof dev));
-  printf("| block | check | max error | ms per step |\n|---|---|---|---|\n");
-  double err = 0, ms = 0;
-  int ok = demo_attention(ctx, &err, &ms);
-  printf("| causal attention head (T=8, d=4) | gradient vs finite differences (f64) | %.2e | %.3f |\n",
-         err, ms);
-  bk_context_destroy(ctx);
-  if (ok != 1) {
+  bk_context *ctx = NULL, *cpu = NULL;
+  const int on_gpu = o.device.kind == BK_DEVICE_CUDA;
+  if (cli_report(bk_context_create(o.device, &ctx), "creating the device context")) return 1;
+  if (on_gpu && cli_report(bk_context_create((bk_device){BK_DEVICE_CPU, 0}, &cpu),
+                           "creating the CPU context")) {
+    bk_context_destroy(ctx);
+    return 1;
+  }
+  printf("bufkern demo on %s, %s, %d training steps\n",
+         cli_device_text(o.device, dev, sizeof dev), o.dtype == BK_F32 ? "float32" : "float64",
+         o.steps);
+  printf("model: embed %d->%d | causal self-attention, %d heads | Mamba-style block, E=%d,"
+         " conv %d |\n       mixture of %d experts, top %d | spectral layer, %d modes |"
+         " head %d->%d | distillation loss\n"
+         "data:  %d sequences x %d tokens per batch, fresh synthetic batches\n\n",
+         DM_IN, DM_D, DM_HEADS, DM_INNER, DM_CONV, DM_EXPERTS, DM_TOP_K, DM_MODES, DM_D, DM_V,
+         DM_B, DM_T);
+
+  demo_table t = {.n = 0, .failed = 0};
+  double *loss = malloc((size_t)(o.steps > 0 ? o.steps : 1) * sizeof *loss);
+  bk_status st = loss ? BK_OK : BK_ERR_OUT_OF_MEMORY;
+  const char *stage = "allocating the loss record";
+  double train_ms = 0.0, floor_loss = 0.0;
+  printf("checking gradients%s ...\n", on_gpu ? " and the CPU cross-check" : "");
+  fflush(stdout);
+  for (int k = 0; st == BK_OK && k < K_COUNT; k++) {
+    stage = kind_label((demo_kind)k);
+    st = check_gradients(ctx, o.dtype, (demo_kind)k, &t);
+    if (st == BK_OK && on_gpu) st = check_cross(ctx, cpu, o.dtype, (demo_kind)k, &t);
+  }
+  if (st == BK_OK) {
+    stage = "the range-loss replay";
+    st = check_replay(ctx, &t);
+  }
+  if (st == BK_OK && o.steps > 0) {
+    stage = "training";
+    st = train(ctx, &o, loss, &train_ms, &floor_loss);
+  }
+  if (st != BK_OK) {
+    cli_report(st, stage);
     printf("\nFAILED\n");
+    free(loss);
+    bk_context_destroy(cpu);
+    bk_context_destroy(ctx);
+    return 1;
+  }
+
+  /* The loss must fall: the mean over the last tenth of the steps below
+   * 90% of the mean over the first tenth. */
+  int w = o.steps / 10 > 0 ? o.steps / 10 : 1;
+  double first = 0.0, last = 0.0;
+  if (o.steps > 0) {
+    first = mean_of(loss, 0, w);
+    last = mean_of(loss, o.steps - w, o.steps);
+    char check[96];
+    snprintf(check, sizeof check, "training: mean loss of last %d steps < 0.9 x first %d", w, w);
+    demo_row *r = table_add(&t, kind_label(K_MODEL), check);
+    r->pass = last < 0.9 * first;
+    if (!r->pass) t.failed++;
+    snprintf(r->error, sizeof r->error, "%.4f -> %.4f %s", first, last, r->pass ? "ok" : "FAILED");
+    snprintf(r->time, sizeof r->time, "%.2f ms (SGD step)", train_ms);
+  }
+
+  printf("\n");
+  table_print(&t);
+  if (o.steps > 0) {
+    printf("\nloss: first step %.4f, last step %.4f\n", loss[0], loss[o.steps - 1]);
+    printf("loss, mean of the %d steps ending at:", w);
+    const int marks = o.steps >= 5 ? 5 : o.steps;
+    for (int i = 0; i <= marks; i++) {
+      const int end = i == 0 ? w : w + (int)((int64_t)(o.steps - w) * i / marks);
+      if (i > 0 && end == w) continue;
+      printf("%s step %d %.4f", i == 0 ? "" : " |", end, mean_of(loss, end - w, end));
+    }
+    printf("\nfor reference, the teacher's own logits score %.4f on the same batches\n",
+           floor_loss);
+  }
+  free(loss);
+  bk_context_destroy(cpu);
+  bk_context_destroy(ctx);
+  if (t.failed) {
+    printf("\nFAILED: %d check%s\n", t.failed, t.failed == 1 ? "" : "s");
     return 1;
   }
   printf("\nall checks passed\n");
@@ -232,10 +709,49 @@ static void usage(FILE *f) {
           "usage: bufkern <command> [options]\n\n"
           "commands:\n"
           "  info     version, build options, BLAS and devices\n"
-          "  demo     run model blocks forward and backward with gradient checks\n"
-          "           options: --device cpu|cuda:N  --dtype f32|f64  --steps N\n"
-          "  bench    time every primitive (see bufkern bench --help)\n"
-          "  help     this text\n");
+          "  demo     model blocks composed from the primitives: gradient checks against\n"
+          "           finite differences, CUDA vs CPU, then a short training run\n"
+          "  check    the contract's examples of every primitive, on a device\n"
+          "  bench    time every primitive\n"
+          "  help     this text, or a command's: bufkern help <command>\n\n"
+          "Every command takes --help. Devices are cpu or cuda:N; the default is cuda:0\n"
+          "when a GPU is visible, else cpu.\n");
+}
+
+static int is_help(const char *s) {
+  return strcmp(s, "help") == 0 || strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0;
+}
+
+static int help(const char *cmd) {
+  if (!cmd) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(cmd, "info") == 0) {
+    info_usage();
+    return 0;
+  }
+  if (strcmp(cmd, "demo") == 0) {
+    demo_usage();
+    return 0;
+  }
+  if (strcmp(cmd, "check") == 0) {
+    bk_tool_check_usage();
+    return 0;
+  }
+#ifdef BK_TOOL_HAVE_BENCH
+  if (strcmp(cmd, "bench") == 0) {
+    char *args[2] = {"--help", NULL};
+    return bk_tool_bench(1, args);
+  }
+#endif
+  if (strcmp(cmd, "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  fprintf(stderr, "bufkern: no help for unknown command %s\n\n", cmd);
+  usage(stderr);
+  return 2;
 }
 
 int main(int argc, char **argv) {
@@ -244,16 +760,18 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
+  if (is_help(cmd)) return help(argc > 2 ? argv[2] : NULL);
+  if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+    printf("bufkern %s\n", bk_version());
+    return 0;
+  }
   if (strcmp(cmd, "info") == 0) return cmd_info(argc - 2, argv + 2);
   if (strcmp(cmd, "demo") == 0) return cmd_demo(argc - 2, argv + 2);
+  if (strcmp(cmd, "check") == 0) return bk_tool_check(argc - 2, argv + 2);
 #ifdef BK_TOOL_HAVE_BENCH
   if (strcmp(cmd, "bench") == 0) return bk_tool_bench(argc - 2, argv + 2);
 #endif
-  if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-    usage(stdout);
-    return 0;
-  }
-  fprintf(stderr, "bufkern: unknown command %s\n", cmd);
+  fprintf(stderr, "bufkern: unknown command %s\n\n", cmd);
   usage(stderr);
   return 2;
 }

@@ -5,14 +5,15 @@
  * Forward: a warp per short row, a block per longer row. Each thread caches
  * its share of the row in registers (16-byte loads when the pointers and the
  * row length allow), so a row that fits is read once: pass 1 sums in
- * float64, pass 2 sums squared deviations from the mean in float64 (the
- * two-pass float64 statistics the contract asks for), pass 3 writes
- * normalized and out. Elements beyond the cache are streamed and read again
+ * float64, pass 2 sums the deviations from that mean and their squares in
+ * float64 (the corrected two-pass algorithm: the deviations' sum refines the
+ * mean, so the statistics are at least as accurate as a plain two-pass
+ * float64 computation), pass 3 writes normalized and out. Elements beyond the cache are streamed and read again
  * (from L2 in practice). For float32 data, pass 3 works in float32 with the
  * mean split into a float pair (hi + lo), so x - mu keeps the accuracy of
  * float64 at the cost of one rounding. Few long rows are split into chunks:
- * each chunk's (count, mean, M2) by its own two passes, merged per row in
- * chunk order with Chan's formula.
+ * each chunk's (count, mean, M2) by its own corrected two passes, merged per
+ * row in chunk order with Chan's formula.
  *
  * Backward: for rows that fit the register cache, one fused kernel: each
  * block owns a fixed set of rows (grid-stride over a grid sized to the
@@ -185,6 +186,7 @@ static __global__ void __launch_bounds__(1024)
   constexpr int EPT = ln_traits<T>::ept;
   constexpr int NC = EPT / VEC;
   __shared__ double sh[32];
+  __shared__ ln_pair sh2[32];
   const int64_t G = WARP ? 32 : (int64_t)blockDim.x;
   const int64_t g = WARP ? (int64_t)(threadIdx.x & 31) : (int64_t)threadIdx.x;
   const int64_t per_block = WARP ? (int64_t)(blockDim.x >> 5) : 1;
@@ -211,17 +213,20 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) s += (double)t[e];
     }
-    const double mu = ln_allsum<WARP>(s, sh) / (double)cols;
+    const double mu0 = ln_allsum<WARP>(s, sh) / (double)cols;
 
-    double m2 = 0.0;
+    /* Deviations from the first mean: their sum corrects the mean and the
+     * sum of squares (the corrected two-pass algorithm). */
+    ln_pair dm{0.0, 0.0};
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
       const int64_t q = i * G + g;
       if (q < nvec) {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
-          const double d = (double)v[i * VEC + e] - mu;
-          m2 = fma(d, d, m2);
+          const double d = (double)v[i * VEC + e] - mu0;
+          dm.a += d;
+          dm.b = fma(d, d, dm.b);
         }
       }
     }
@@ -230,11 +235,14 @@ static __global__ void __launch_bounds__(1024)
       ln_load<VEC>(xr + q * VEC, t);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const double d = (double)t[e] - mu;
-        m2 = fma(d, d, m2);
+        const double d = (double)t[e] - mu0;
+        dm.a += d;
+        dm.b = fma(d, d, dm.b);
       }
     }
-    const double var = ln_allsum<WARP>(m2, sh) / (double)cols;
+    dm = ln_allsum<WARP>(dm, sh2);
+    const double mu = mu0 + dm.a / (double)cols;
+    const double var = fmax(dm.b - dm.a * (dm.a / (double)cols), 0.0) / (double)cols;
     const double rstd_d = 1.0 / sqrt(var + eps);
     if (g == 0) inv_std[r] = (T)rstd_d;
 
@@ -262,6 +270,7 @@ static __global__ void __launch_bounds__(256)
     ln_fwd_split_stats_kernel(const T *__restrict__ x, ln_stat *__restrict__ stats, int64_t rows,
                               int64_t cols, int64_t nch, int64_t clen) {
   __shared__ double sh[32];
+  __shared__ ln_pair sh2[32];
   const int64_t nvec = cols / VEC;
   const int64_t units = rows * nch;
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
@@ -277,19 +286,21 @@ static __global__ void __launch_bounds__(256)
       for (int e = 0; e < VEC; ++e) s += (double)t[e];
     }
     const double n = (double)((q1 - q0) * VEC);
-    const double mean = ln_allsum<false>(s, sh) / n;
-    double m2 = 0.0;
+    const double mean0 = ln_allsum<false>(s, sh) / n;
+    ln_pair dm{0.0, 0.0};
     for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
       T t[VEC];
       ln_load<VEC>(xr + q * VEC, t);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
-        const double d = (double)t[e] - mean;
-        m2 = fma(d, d, m2);
+        const double d = (double)t[e] - mean0;
+        dm.a += d;
+        dm.b = fma(d, d, dm.b);
       }
     }
-    m2 = ln_allsum<false>(m2, sh);
-    if (threadIdx.x == 0) stats[u] = ln_stat{n, mean, m2};
+    dm = ln_allsum<false>(dm, sh2);
+    if (threadIdx.x == 0)
+      stats[u] = ln_stat{n, mean0 + dm.a / n, fmax(dm.b - dm.a * (dm.a / n), 0.0)};
   }
 }
 

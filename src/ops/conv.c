@@ -34,7 +34,7 @@ static bk_status conv_axis(const char *fn, int a, int64_t in, int64_t k, int64_t
   if (after < 0)
     return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "pad_after[%d] = %" PRId64 " is negative", a,
                     after);
-  char span_name[64], padded_name[64];
+  char span_name[128], padded_name[128];
   snprintf(span_name, sizeof span_name, "(kernel_dims[%d]-1)*dilation[%d] + 1", a + 2, a);
   snprintf(padded_name, sizeof padded_name, "spatial extent %d + pad_before[%d] + pad_after[%d]",
            a, a, a);
