@@ -177,7 +177,8 @@ BK_API BK_NODISCARD bk_status bk_context_create(bk_device device, bk_context **o
 BK_API void bk_context_destroy(bk_context *ctx);
 
 /* Makes the context queue its work on a caller's cudaStream_t (NULL selects
- * the context's own non-blocking stream again). The caller keeps ownership
+ * the context's own non-blocking stream again; cudaStreamLegacy ((void *)1)
+ * and cudaStreamPerThread ((void *)2) are accepted). The caller keeps ownership
  * of the stream and must keep it alive while the context and the buffers it
  * made are in use. Returns BK_ERR_NULL (ctx NULL), BK_ERR_UNSUPPORTED on a
  * CPU context. */

@@ -35,6 +35,17 @@ bk_status bk__cuda_launched(const char *fn, const char *kernel) {
   return bk__cuda_status(cudaGetLastError(), fn, kernel);
 }
 
+/* Makes the context's device current for this thread. Asking first costs a
+ * thread-local read; setting it only when it differs keeps cudaSetDevice off
+ * the per-call path of a single-GPU program. Every primitive allocates its
+ * outputs through mem_alloc before it launches, so this runs first. */
+static cudaError_t enter(const bk_cuda_ctx *c) {
+  int cur = -1;
+  cudaError_t err = cudaGetDevice(&cur);
+  if (err != cudaSuccess || cur != c->device) err = cudaSetDevice(c->device);
+  return err;
+}
+
 /* ---- devices ------------------------------------------------------------- */
 
 extern "C" int bk__cuda_device_count(void) {
@@ -143,7 +154,7 @@ static bk_status cuda_context_set_stream(bk_context *ctx, void *stream) {
 
 static bk_status cuda_context_synchronize(bk_context *ctx) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaSetDevice(c->device), "bk_context_synchronize", "cudaSetDevice");
+  BK_CUDA_TRY(enter(c), "bk_context_synchronize", "cudaSetDevice");
   BK_CUDA_TRY(cudaStreamSynchronize(c->stream), "bk_context_synchronize", "cudaStreamSynchronize");
   return BK_OK;
 }
@@ -184,12 +195,13 @@ bk_status bk__cuda_cudnn(bk_context *ctx, void **handle) {
 
 /* ---- memory -------------------------------------------------------------- */
 
+
 static bk_status cuda_mem_alloc(bk_context *ctx, size_t bytes, void **ptr) {
   static const char fn[] = "bufkern";
   if (bk__inject_should_fail())
     return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "injected device allocation failure (%zu bytes)", bytes);
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaSetDevice(c->device), fn, "cudaSetDevice");
+  BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
   void *p = NULL;
   cudaError_t err = cudaMallocAsync(&p, bytes, c->stream);
   if (err != cudaSuccess) {
@@ -204,7 +216,7 @@ static bk_status cuda_mem_alloc(bk_context *ctx, size_t bytes, void **ptr) {
 
 static void cuda_mem_free(bk_context *ctx, void *ptr) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  (void)cudaSetDevice(c->device);
+  (void)enter(c);
   (void)cudaFreeAsync(ptr, c->stream);
 }
 
@@ -293,7 +305,7 @@ bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes
  * reuse it at once and the transfer stays ordered on the stream. */
 static bk_status cuda_mem_upload(bk_context *ctx, void *dst, const void *src, size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaSetDevice(c->device), "bk_buffer_from_host", "cudaSetDevice");
+  BK_CUDA_TRY(enter(c), "bk_buffer_from_host", "cudaSetDevice");
   BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
               "bk_buffer_from_host", "cudaMemcpyAsync");
   return BK_OK;
@@ -301,7 +313,7 @@ static bk_status cuda_mem_upload(bk_context *ctx, void *dst, const void *src, si
 
 static bk_status cuda_mem_download(bk_context *ctx, void *dst, const void *src, size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaSetDevice(c->device), "bk_buffer_to_host", "cudaSetDevice");
+  BK_CUDA_TRY(enter(c), "bk_buffer_to_host", "cudaSetDevice");
   BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
               "bk_buffer_to_host", "cudaMemcpyAsync");
   BK_CUDA_TRY(cudaStreamSynchronize(c->stream), "bk_buffer_to_host", "cudaStreamSynchronize");

@@ -77,6 +77,18 @@ __global__ void spec_prepare(const R *__restrict__ spec, R *__restrict__ work, i
   }
 }
 
+/* y (batch, m, 2): the imaginary parts of bin 0 and, for even n, bin m-1 of
+ * every row set to exact +0. cuFFT computes them as sums that cancel only up
+ * to rounding; the contract stores them as zeros. One thread per row. */
+template <typename R>
+__global__ void real_bins_zero(R *__restrict__ y, int64_t batch, int64_t m, int even) {
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < batch; b += stride) {
+    y[2 * (b * m) + 1] = (R)0;
+    if (even) y[2 * (b * m + m - 1) + 1] = (R)0;
+  }
+}
+
 /* n == 1: x (batch) -> y (batch, 1, 2) = [x, 0]. */
 template <typename R>
 __global__ void rfft_len1(const R *__restrict__ x, R *__restrict__ y, int64_t batch) {
@@ -270,6 +282,15 @@ static bk_status launch_len1(bk_context *ctx, const char *fn, int inverse, const
 }
 
 template <typename R>
+static bk_status launch_real_bins_zero(bk_context *ctx, const char *fn, void *y, int64_t batch,
+                                       int64_t n) {
+  unsigned blocks = bk_cuda_blocks(ctx, batch, FFT_THREADS);
+  real_bins_zero<R><<<blocks, FFT_THREADS, 0, bk_stream(ctx)>>>((R *)y, batch, n / 2 + 1,
+                                                                 (int)(n % 2 == 0));
+  return bk__cuda_launched(fn, "real_bins_zero");
+}
+
+template <typename R>
 static bk_status launch_spec_prepare(bk_context *ctx, const char *fn, const void *spec,
                                      void *work, int64_t batch, int64_t n, double scale) {
   const int64_t m = n / 2 + 1;
@@ -315,6 +336,9 @@ extern "C" bk_status bk__cuda_rfft(bk_context *ctx, bk_dtype dt, const void *x, 
                          fn, "cudaMemcpyAsync (aligning the input)");
   }
   if (st == BK_OK) st = fft_exec(ctx, fn, dt, e, in, y, (char *)scratch + in_bytes);
+  if (st == BK_OK)
+    st = dt == BK_F32 ? launch_real_bins_zero<float>(ctx, fn, y, batch, n)
+                      : launch_real_bins_zero<double>(ctx, fn, y, batch, n);
   bk__cuda_scratch_free(ctx, scratch);
   return st;
 }
