@@ -383,14 +383,14 @@ BK_API BK_NODISCARD bk_status bk_conv(bk_context *ctx, const bk_buffer *input,
 /* ------------------------------------------------------------------------ */
 
 /* out[i] = sum_j x[i,j], length rows; cols == 0 gives rows zeros. float32
- * data is accumulated in float64 on the CPU and in a pairwise float32 tree on
- * CUDA, both deterministic. */
+ * data is accumulated in float64 on both backends (in index order on the CPU,
+ * a fixed tree of float64 partial sums on CUDA), deterministic. */
 BK_API BK_NODISCARD bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, int64_t rows,
                                           int64_t cols, bk_buffer **out);
 
 /* out[i] = max_j x[i,j] ignoring NaN (an all-NaN row gives -inf), length
- * rows; cols == 0 gives rows zeros. When the maximum is a zero present with
- * both signs, its sign is unspecified. */
+ * rows; cols == 0 gives rows zeros. Among equal maxima (-0 and +0) the
+ * first in index order is returned. */
 BK_API BK_NODISCARD bk_status bk_rows_max(bk_context *ctx, const bk_buffer *x, int64_t rows,
                                           int64_t cols, bk_buffer **out);
 

@@ -126,6 +126,10 @@ extern "C" {
 /* softmax.cu */
 bk_status bk__cuda_softmax(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
                            int64_t n, int64_t inner);
+/* The hard-masked row softmax on the softmax row engine; rows.cu's
+ * bk__cuda_rows_masked_softmax calls it. */
+bk_status bk__cuda_softmax_masked(bk_context *ctx, bk_dtype dt, const void *scores,
+                                  const void *mask, void *y, int64_t rows, int64_t cols);
 /* xent.cu */
 bk_status bk__cuda_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits,
                                       const void *w, void *y, int64_t rows, int64_t cols);

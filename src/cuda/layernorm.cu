@@ -207,6 +207,7 @@ static __global__ void __launch_bounds__(1024)
         for (int e = 0; e < VEC; ++e) s += (double)v[i * VEC + e];
       }
     }
+#pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T t[VEC];
       ln_load<VEC>(xr + q * VEC, t);
@@ -230,6 +231,7 @@ static __global__ void __launch_bounds__(1024)
         }
       }
     }
+#pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T t[VEC];
       ln_load<VEC>(xr + q * VEC, t);
@@ -254,6 +256,7 @@ static __global__ void __launch_bounds__(1024)
       const int64_t q = i * G + g;
       if (q < nvec) ln_emit<T, VEC>(&v[i * VEC], ctr, rstd, gamma, beta, q, nr, orow);
     }
+#pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T t[VEC];
       ln_load<VEC>(xr + q * VEC, t);

@@ -18,8 +18,10 @@
  * of a block load and one warp folds:
  *   - column fold: the innermost output axis is kept contiguous (reducing
  *     leading axes, e.g. (8192, 8192) -> (1, 8192), or bk_sum_axis with
- *     inner > 1): a block owns a 32-column strip, its loads are coalesced row
- *     segments, and lane c of the folding warp adds column c row after row;
+ *     inner > 1): a block owns a strip of 128 bytes of columns (64 bytes,
+ *     with a deeper pipeline, when there are few strips), its loads are
+ *     coalesced row segments, and lane c of the folding warp adds column c
+ *     row after row;
  *   - row fold: only the innermost output axis is reduced (bk_sum_axis with
  *     inner == 1): a block owns 32 contiguous rows, and lane r adds row r
  *     element after element out of a padded tile.
@@ -222,21 +224,26 @@ static __global__ void __launch_bounds__(256)
 
 /* Column fold. The innermost axis (extent C) is kept with input stride 1;
  * every reduced axis is further out. Work item w is (kept outer index,
- * 32-column strip); its nred rows (reduced index order == row-major output
- * order) stream through S stages of RS rows. AL: dout is 16-byte aligned and
- * C is a multiple of a 16-byte chunk, so every row segment is aligned.
- * AFFINE: a single reduced axis, so row r starts at r times its stride. */
-template <typename T, bool AL, bool AFFINE>
-static __global__ void __launch_bounds__(256)
+ * strip of SWB bytes of columns); its nred rows (reduced index order ==
+ * row-major output order) stream through S stages of RS rows (8 KB a
+ * stage). AL: dout is 16-byte aligned and C is a multiple of a 16-byte
+ * chunk, so every row segment is aligned. AFFINE: a single reduced axis, so
+ * row r starts at r times its stride. SWB 128: 32 float columns (whole
+ * 128-byte lines), 5 stages, for many work items. SWB 64: 16 float columns,
+ * twice the work items, 6 stages, several blocks per multiprocessor (MINB),
+ * for few work items, where the bytes in flight per strip limit the rate. */
+template <typename T, int SWB, int S, int MINB, bool AL, bool AFFINE>
+static __global__ void __launch_bounds__(256, MINB)
     fold_cols_kernel(const T *__restrict__ dout, T *__restrict__ din, fold_geom g,
                      int64_t strips, int64_t items) {
-  constexpr int SW = 32;                          /* columns per strip */
-  constexpr int RS = 8192 / (SW * (int)sizeof(T)); /* rows per stage: 8 KB */
-  constexpr int S = 5;                            /* stages */
-  constexpr int EPC = 16 / (int)sizeof(T);         /* elements per 16-byte chunk */
-  constexpr int CPR = SW / EPC;                   /* chunks per row */
-  constexpr int CPT = RS * CPR / 256;             /* chunks per thread per stage */
-  constexpr int EPT = RS * SW / 256;              /* elements per thread per stage */
+  constexpr int SW = SWB / (int)sizeof(T); /* columns per strip */
+  constexpr int RS = 8192 / SWB;           /* rows per stage: 8 KB */
+  constexpr int EPC = 16 / (int)sizeof(T); /* elements per 16-byte chunk */
+  constexpr int CPR = SW / EPC;            /* chunks per row */
+  constexpr int CPT = RS * CPR / 256;      /* chunks per thread per stage */
+  constexpr int EPT = RS * SW / 256;       /* elements per thread per stage */
+  static_assert(SW <= 32 && SW % EPC == 0, "a strip is whole chunks, one lane per column");
+  static_assert(CPT * 256 == RS * CPR && EPT * 256 == RS * SW, "a stage is whole per-thread copies");
   __shared__ __align__(16) T buf[S][RS][SW];
 
   const int tid = threadIdx.x;
@@ -423,47 +430,52 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
-/* Tiled transpose for a small inner extent IN: a 32 x 32 tile of (i, j)
+/* Tiled transpose for a small inner extent IN: a TA x 32 tile of (i, j)
  * positions, IN elements each, is read along input rows (o, i, j0..j0+31)
- * and written along output rows (o, j, i0..i0+31), both contiguous runs of
- * up to 32*IN elements. The tile row pitch 33*IN words keeps the column
- * reads free of bank conflicts. Blocks are 32 x 8 threads. */
-template <typename T, int IN>
-static __global__ void __launch_bounds__(256)
+ * and written along output rows (o, j, i0..i0+TA-1), contiguous runs of up
+ * to 32*IN and TA*IN elements. The tile row pitch 33*IN words keeps the
+ * column reads free of bank conflicts. Blocks are 32 x 8 threads; each
+ * thread issues TA/8 rows of loads before its first store, so a taller tile
+ * keeps more bytes in flight per block (TA 128 for single floats: 16 KB). */
+template <typename T, int IN, int TA>
+static __global__ void __launch_bounds__(256, TA > 32 ? 6 : 1)
     swap_tiled_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t a, int64_t b,
                       int64_t tiles_a, int64_t tiles_b, int64_t tiles) {
+  static_assert(TA % 32 == 0, "the tile height is whole warps of output");
   constexpr int P = 33 * IN;
-  __shared__ T tile[32 * P];
+  constexpr int RU = TA / 8;  /* input rows per thread */
+  constexpr int WM = TA / 32; /* output chunks of 32*IN elements per output row */
+  __shared__ T tile[TA * P];
   const int tx = threadIdx.x, ty = threadIdx.y;
   for (int64_t w = blockIdx.x; w < tiles; w += gridDim.x) {
     const int64_t tb = w % tiles_b;
     const int64_t rest = w / tiles_b;
     const int64_t ta = rest % tiles_a;
     const int64_t o = rest / tiles_a;
-    const int64_t i0 = ta * 32, j0 = tb * 32;
-    const int icount = (int)(a - i0 < 32 ? a - i0 : 32);
+    const int64_t i0 = ta * TA, j0 = tb * 32;
+    const int icount = (int)(a - i0 < TA ? a - i0 : TA);
     const int jcount = (int)(b - j0 < 32 ? b - j0 : 32);
     const int rlen = jcount * IN, wlen = icount * IN;
 
-    /* Four input rows per thread row, their loads issued before the stores. */
+    /* RU input rows per thread row, their loads issued before the stores. */
 #pragma unroll
     for (int m = 0; m < IN; m++) {
       const int q = tx + 32 * m;
-      T v[4];
+      T v[RU];
 #pragma unroll
-      for (int u = 0; u < 4; u++) {
+      for (int u = 0; u < RU; u++) {
         const int r = ty + 8 * u;
         if (r < icount && q < rlen) v[u] = x[((o * a + i0 + r) * b + j0) * IN + q];
       }
 #pragma unroll
-      for (int u = 0; u < 4; u++) {
+      for (int u = 0; u < RU; u++) {
         const int r = ty + 8 * u;
         if (r < icount && q < rlen) tile[r * P + q] = v[u];
       }
     }
     __syncthreads();
 #pragma unroll
-    for (int m = 0; m < IN; m++) {
+    for (int m = 0; m < WM * IN; m++) {
       const int q = tx + 32 * m;
       const int i = q / IN, t = q - (q / IN) * IN;
 #pragma unroll
@@ -552,6 +564,37 @@ static bk_status launch_broadcast(bk_context *ctx, const char *fn, const T *x, T
  * when its strip or tile is only partly used. */
 #define BK_FOLD_FEW_RESULTS 32768
 
+/* Column folds with fewer 128-byte strips than this many per multiprocessor
+ * take 64-byte strips: twice the blocks, each with a deeper pipeline, so that
+ * several blocks per multiprocessor keep their loads in flight while one
+ * thread per column folds. */
+#define BK_FOLD_NARROW_PER_SM 4
+
+template <typename T, int SWB, int S, int MINB>
+static bk_status launch_fold_cols(bk_context *ctx, const char *fn, const T *dout, T *din,
+                                  const fold_geom &g, int64_t C, bool aligned) {
+  constexpr int SW = SWB / (int)sizeof(T);
+  cudaStream_t s = bk_stream(ctx);
+  const int64_t strips = (C + SW - 1) / SW;
+  const int64_t items = (g.nkept / C) * strips;
+  const unsigned grid = (unsigned)(items < INT32_MAX ? items : INT32_MAX);
+  void (*kern)(const T *, T *, fold_geom, int64_t, int64_t);
+  if (g.nr == 1)
+    kern = aligned ? fold_cols_kernel<T, SWB, S, MINB, true, true>
+                   : fold_cols_kernel<T, SWB, S, MINB, false, true>;
+  else
+    kern = aligned ? fold_cols_kernel<T, SWB, S, MINB, true, false>
+                   : fold_cols_kernel<T, SWB, S, MINB, false, false>;
+  /* Several blocks of S * 8 KB per multiprocessor need the largest shared
+   * memory carveout; it is a hint the driver may round. */
+  if constexpr (MINB > 1)
+    BK_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     (int)cudaSharedmemCarveoutMaxShared),
+                fn, "cudaFuncSetAttribute");
+  kern<<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+  return bk__cuda_launched(fn, "fold_cols_kernel");
+}
+
 template <typename T>
 static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *din,
                              const bk_bcast_geom *geom) {
@@ -594,22 +637,12 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
   if (g.nr > 0 && last_kept && stride[n - 1] == 1 && g.nred >= 16 &&
       (dims[n - 1] >= 32 || g.nkept <= BK_FOLD_FEW_RESULTS)) {
     const int64_t C = dims[n - 1];
-    const int64_t strips = (C + 31) / 32;
-    const int64_t items = (g.nkept / C) * strips;
-    const unsigned grid = (unsigned)(items < INT32_MAX ? items : INT32_MAX);
     const bool aligned = al && C % EPC == 0;
-    if (g.nr == 1) {
-      if (aligned)
-        fold_cols_kernel<T, true, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
-      else
-        fold_cols_kernel<T, false, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
-    } else {
-      if (aligned)
-        fold_cols_kernel<T, true, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
-      else
-        fold_cols_kernel<T, false, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
-    }
-    return bk__cuda_launched(fn, "fold_cols_kernel");
+    const int64_t wide_items = (g.nkept / C) * ((C + (128 / (int64_t)sizeof(T)) - 1) /
+                                                (128 / (int64_t)sizeof(T)));
+    if (wide_items < (int64_t)BK_FOLD_NARROW_PER_SM * bk_cu(ctx)->sm_count)
+      return launch_fold_cols<T, 64, 6, 4>(ctx, fn, dout, din, g, C, aligned);
+    return launch_fold_cols<T, 128, 5, 1>(ctx, fn, dout, din, g, C, aligned);
   }
   /* Row fold: only the innermost axis reduced. */
   if (g.nr == 1 && !last_kept &&
@@ -627,14 +660,18 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
   return bk__cuda_launched(fn, "fold_generic_kernel");
 }
 
+/* Tile height: single elements take the tallest tile whose loads in flight
+ * (16 KB a block) and shared memory (about 17 KB) allow several blocks per
+ * multiprocessor; wider inner extents keep 32 rows (up to 29 KB of tile). */
 template <typename T, int IN>
 static bk_status launch_swap_tiled(bk_context *ctx, const char *fn, const T *x, T *y,
                                    int64_t outer, int64_t a, int64_t b) {
-  const int64_t tiles_a = (a + 31) / 32, tiles_b = (b + 31) / 32;
+  constexpr int TA = IN > 1 ? 32 : (sizeof(T) == 4 ? 128 : 64);
+  const int64_t tiles_a = (a + TA - 1) / TA, tiles_b = (b + 31) / 32;
   const int64_t tiles = outer * tiles_a * tiles_b;
   const unsigned grid = (unsigned)(tiles < INT32_MAX ? tiles : INT32_MAX);
-  swap_tiled_kernel<T, IN><<<grid, dim3(32, 8), 0, bk_stream(ctx)>>>(x, y, a, b, tiles_a,
-                                                                    tiles_b, tiles);
+  swap_tiled_kernel<T, IN, TA><<<grid, dim3(32, 8), 0, bk_stream(ctx)>>>(x, y, a, b, tiles_a,
+                                                                        tiles_b, tiles);
   return bk__cuda_launched(fn, "swap_tiled_kernel");
 }
 

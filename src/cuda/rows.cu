@@ -34,12 +34,6 @@
 #include <math.h>
 #include <stdint.h>
 
-/* Defined in softmax.cu (the shared row engine); belongs in
- * cuda_internal.h. */
-extern "C" bk_status bk__cuda_softmax_masked(bk_context *ctx, bk_dtype dt, const void *scores,
-                                             const void *mask, void *y, int64_t rows,
-                                             int64_t cols);
-
 /* ---- device helpers -------------------------------------------------------------- */
 
 static constexpr unsigned RW_FULL_MASK = 0xffffffffu;
@@ -543,7 +537,9 @@ static bk_status topk(bk_context *ctx, const char *fn, const T *x, T *y, int64_t
                       int64_t k) {
   if (k <= 8 && cols <= 4096) {
     const int stride = (int)(cols % 2 == 0 ? cols + 1 : cols);
-    int R = 128;
+    /* 64 rows a block (32 when the tile would not fit): short blocks keep
+     * the tail of the grid short. */
+    int R = 64;
     while (R > 32 && topk_small_smem(sizeof(T), R, stride) > RW_TOPK_SMEM) R >>= 1;
     if (topk_small_smem(sizeof(T), R, stride) <= RW_TOPK_SMEM) {
       const int c = (int)cols;

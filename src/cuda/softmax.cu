@@ -35,7 +35,7 @@
 
 /* ---- device helpers -------------------------------------------------------- */
 
-static constexpr unsigned BK_FULL_MASK = 0xffffffffu;
+static constexpr unsigned SM_FULL_MASK = 0xffffffffu;
 
 /* Per-dtype constants: vec is the number of elements in 16 bytes; ept the
  * number of elements a thread caches in registers in the row kernels (64
@@ -99,7 +99,7 @@ static __device__ __forceinline__ void sm_store(T *p, const T *r) {
 template <typename A, typename Op>
 static __device__ __forceinline__ A sm_warp_allreduce(A v, Op op) {
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(BK_FULL_MASK, v, off));
+  for (int off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(SM_FULL_MASK, v, off));
   return v;
 }
 
@@ -130,7 +130,7 @@ static __device__ __forceinline__ A sm_group_allreduce(A v, Op op, A *sh) {
 template <bool WARP>
 static __device__ __forceinline__ bool sm_group_any(bool p) {
   if constexpr (WARP)
-    return __any_sync(BK_FULL_MASK, p) != 0;
+    return __any_sync(SM_FULL_MASK, p) != 0;
   else
     return __syncthreads_or(p) != 0;
 }
@@ -220,15 +220,25 @@ static __global__ void __launch_bounds__(1024)
     T um = ninf;
     double us = 0.0;
     bool any_unc = false;
-    for (int64_t q = unc0; q < nvec; q += G) {
-      T t[VEC], mk[VEC];
-      sm_load<VEC>(xr + q * VEC, t);
-      if constexpr (MASKED) sm_load<VEC>(mr + q * VEC, mk);
+    for (int64_t q = unc0; q < nvec; q += 2 * G) {
+      /* Two vectors in flight; the second may lie past the row. */
+      const bool two = q + G < nvec;
+      T t[2][VEC], mk[2][VEC];
+      sm_load<VEC>(xr + q * VEC, t[0]);
+      if (two) sm_load<VEC>(xr + (q + G) * VEC, t[1]);
+      if constexpr (MASKED) {
+        sm_load<VEC>(mr + q * VEC, mk[0]);
+        if (two) sm_load<VEC>(mr + (q + G) * VEC, mk[1]);
+      }
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        if (!MASKED || mk[e] != (T)0) {
-          sm_online(um, us, t[e]);
-          any_unc = true;
+      for (int h = 0; h < 2; ++h) {
+        if (h == 1 && !two) break;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          if (!MASKED || mk[h][e] != (T)0) {
+            sm_online(um, us, t[h][e]);
+            any_unc = true;
+          }
         }
       }
     }
@@ -283,6 +293,7 @@ static __global__ void __launch_bounds__(1024)
         sm_store<VEC>(yr + q * VEC, o);
       }
     }
+#pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T t[VEC], mk[VEC], o[VEC];
       sm_load<VEC>(xr + q * VEC, t);
@@ -392,7 +403,7 @@ static __global__ void __launch_bounds__(256)
         any |= st[j].any;
       }
       const double S = sm_warp_allreduce(s, sm_sum_op());
-      any = __any_sync(BK_FULL_MASK, any != 0);
+      any = __any_sync(SM_FULL_MASK, any != 0);
       if (threadIdx.x == 0) {
         sh_row[0] = M;
         sh_row[1] = S;
@@ -437,7 +448,7 @@ static __global__ void __launch_bounds__(256)
  */
 template <typename A, typename Op>
 static __device__ __forceinline__ A sm_col_allreduce(A v, Op op, int ti, double *sh) {
-  for (int off = ti; off < 32; off <<= 1) v = op(v, __shfl_xor_sync(BK_FULL_MASK, v, off));
+  for (int off = ti; off < 32; off <<= 1) v = op(v, __shfl_xor_sync(SM_FULL_MASK, v, off));
   const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
   const int nw = (int)(blockDim.x >> 5), col = lane & (ti - 1);
   __syncthreads();
@@ -452,13 +463,15 @@ static __device__ __forceinline__ A sm_col_allreduce(A v, Op op, int ti, double 
  * Softmax along the middle axis of (outer, n, inner): unit u is (o, tile);
  * thread t handles inner position c = tile*ti + t%ti and the rows
  * j = slot, slot + RS, ... (RS = blockDim/ti row slots); the first EPT of
- * them are cached in registers, the rest streamed and read again.
+ * them are cached in registers, the rest streamed (NB loads in flight) and
+ * read again.
  */
 template <typename T>
-static __global__ void __launch_bounds__(1024)
+static __global__ void __launch_bounds__(512, 2)
     softmax_inner_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t outer, int64_t n,
                          int64_t inner, int ti) {
   constexpr int EPT = sm_traits<T>::ept;
+  constexpr int NB = 16 / (int)sizeof(T);
   __shared__ double sh[1024];
   const T ninf = (T)-INFINITY;
   const int t = (int)threadIdx.x;
@@ -492,7 +505,17 @@ static __global__ void __launch_bounds__(1024)
     const int64_t nstream = left > EPT ? left - EPT : 0;
     T um = ninf;
     double us = 0.0;
-    for (int64_t k = 0; k < nstream; ++k) sm_online(um, us, xs[k * stride]);
+    {
+      int64_t k = 0;
+      for (; k + NB <= nstream; k += NB) {
+        T xv[NB];
+#pragma unroll
+        for (int e = 0; e < NB; ++e) xv[e] = xs[(k + e) * stride];
+#pragma unroll
+        for (int e = 0; e < NB; ++e) sm_online(um, us, xv[e]);
+      }
+      for (; k < nstream; ++k) sm_online(um, us, xs[k * stride]);
+    }
     m = sm_max_op()(m, um);
     const T M = sm_col_allreduce(m, sm_max_op(), ti, sh);
 
@@ -513,7 +536,17 @@ static __global__ void __launch_bounds__(1024)
     for (int i = 0; i < EPT; ++i)
       if (i < cnt) __stcs(yb + i * stride, v[i] * inv);
     T *ys = yb + (int64_t)EPT * stride;
-    for (int64_t k = 0; k < nstream; ++k) __stcs(ys + k * stride, sm_exp(xs[k * stride] - M) * inv);
+    {
+      int64_t k = 0;
+      for (; k + NB <= nstream; k += NB) {
+        T xv[NB];
+#pragma unroll
+        for (int e = 0; e < NB; ++e) xv[e] = xs[(k + e) * stride];
+#pragma unroll
+        for (int e = 0; e < NB; ++e) __stcs(ys + (k + e) * stride, sm_exp(xv[e] - M) * inv);
+      }
+      for (; k < nstream; ++k) __stcs(ys + k * stride, sm_exp(xs[k * stride] - M) * inv);
+    }
   }
 }
 
@@ -567,7 +600,9 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
     return bk__cuda_launched(fn, "softmax_rows_kernel");
   }
   /* A block per row: the smallest power-of-two block that caches the row,
-   * at least 64 and at most 1024 threads. */
+   * 64 to 1024 threads. A longer row streams its tail and reads it again;
+   * 1024-thread blocks (one per multiprocessor) keep the rows in flight
+   * few enough for those second reads to come from L2. */
   const int64_t need = (cols + EPT - 1) / EPT;
   int threads = 64;
   while (threads < need && threads < 1024) threads <<= 1;
@@ -593,15 +628,18 @@ template <typename T>
 static bk_status softmax_inner(bk_context *ctx, const char *fn, const void *x, void *y,
                                int64_t outer, int64_t n, int64_t inner) {
   constexpr int EPT = sm_traits<T>::ept;
-  /* Tile width: up to 32 inner positions, narrowed (not below 8) while that
-   * lets a block of at most 1024 threads cache the whole fibre. */
+  /* Tile width: up to 32 inner positions (128-byte row segments in float32),
+   * narrowed to 16 while that lets a block of at most 512 threads cache more
+   * of the fibre. Blocks stay at 512 threads or fewer so that two share a
+   * multiprocessor; rows beyond the cache are streamed and read again from
+   * L2 (a block's tile is at most n*ti elements). */
   int ti = 1;
   while (ti < inner && ti < 32) ti <<= 1;
   const int64_t slots_needed = (n + EPT - 1) / EPT;
-  while (ti > 8 && slots_needed * ti > 1024) ti >>= 1;
+  while (ti > 16 && slots_needed * ti > 512) ti >>= 1;
   const int64_t want = slots_needed * ti;
   int threads = 64;
-  while (threads < want && threads < 1024) threads <<= 1;
+  while (threads < want && threads < 512) threads <<= 1;
   const int64_t units = outer * ((inner + ti - 1) / ti);
   softmax_inner_kernel<T><<<sm_grid(units), threads, 0, bk_stream(ctx)>>>(
       (const T *)x, (T *)y, outer, n, inner, ti);

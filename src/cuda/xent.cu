@@ -270,7 +270,7 @@ enum { XE_WMEAN = 0, XE_TLOSS = 1, XE_TGRAD = 2 };
 
 /* Streams the vector range [q, q1) of one row (stride G) into a state, two
  * vector pairs in flight per thread (more would spill the float64 states
- * at 1024 threads a block). */
+ * within the 64 registers that two 512-thread blocks per SM allow). */
 template <typename T, int VEC, typename State>
 static __device__ __forceinline__ void xe_stream(State &st, const T *a, const T *b, int64_t q,
                                                  int64_t q1, int64_t G) {
@@ -382,6 +382,15 @@ static __device__ void xe_fold_chunks(int kind, const xe_stat *st, int64_t nch, 
   out.bad = bad;
 }
 
+/* a * b with the convention 0 * inf = 0 (a zero factor annihilates an
+ * infinite one; NaN still propagates), as the contract's recomputed terms
+ * require: a zero weight or a zero teacher probability contributes exactly 0
+ * even against a -inf logit. */
+static __device__ __forceinline__ double xe_mul0(double a, double b) {
+  if ((a == 0.0 && isinf(b)) || (b == 0.0 && isinf(a))) return 0.0;
+  return a * b;
+}
+
 /* Literal evaluation of one row by a group (the contract's formulas in
  * float64, each in its own pass over the row). */
 template <bool WARP, typename T, int VEC>
@@ -412,7 +421,7 @@ static __device__ double xe_wm_literal(const T *xr, const T *wr, int64_t nvec, i
     for (int e = 0; e < VEC; ++e) {
       const double x = (double)t[e], wt = (double)w[e];
       const double d = lse - x;
-      a += isfinite(d) ? wt * d : wt * lse - wt * x;
+      a += isfinite(d) ? wt * d : xe_mul0(wt, lse) - xe_mul0(wt, x);
     }
   }
   return xe_allreduce<WARP>(a, xe_sum(), sh.d);
@@ -439,7 +448,7 @@ static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, i
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       const double ds = (double)a[e] - MS, et = exp((double)b[e] - MT);
-      v = xe_sum()(v, xe_tri{exp(ds), et, et * ds});
+      v = xe_sum()(v, xe_tri{exp(ds), et, xe_mul0(et, ds)});
     }
   }
   v = xe_allreduce<WARP>(v, xe_sum(), sh.d3);
@@ -454,7 +463,7 @@ static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, i
  * losses, in visiting order, to part[blockIdx.x].
  */
 template <typename T, int VEC, bool WARP, int KIND>
-static __global__ void __launch_bounds__(1024)
+static __global__ void __launch_bounds__(512, 2)
     xent_loss_rows_kernel(const T *__restrict__ a, const T *__restrict__ b,
                           double *__restrict__ part, int64_t rows, int64_t cols) {
   using State = typename std::conditional<KIND == XE_WMEAN, xe_wm_state<T>, xe_tl_state<T>>::type;
@@ -639,6 +648,7 @@ static __global__ void __launch_bounds__(1024)
     }
     T umS = ninf, umT = ninf;
     double usS = 0.0, usT = 0.0;
+#pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T ta[VEC], tb[VEC];
       xe_load<VEC>(sr + q * VEC, ta);
@@ -679,6 +689,7 @@ static __global__ void __launch_bounds__(1024)
         xe_store<VEC>(yr + q * VEC, o);
       }
     }
+#pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T ta[VEC], tb[VEC], o[VEC];
       xe_load<VEC>(sr + q * VEC, ta);
@@ -753,10 +764,11 @@ static void xe_split_plan(int64_t sm, int64_t rows, int64_t cols, int64_t nvec, 
   *nch = (nvec + *clen - 1) / *clen;
 }
 
-/* Threads of a block-per-row kernel: about eight vectors per thread. */
+/* Threads of a block-per-row kernel: about eight vectors per thread, at
+ * most 512 threads so that two blocks share a multiprocessor. */
 static int xe_block_threads(int64_t nvec) {
   int threads = 64;
-  while (threads < nvec / 8 && threads < 1024) threads <<= 1;
+  while (threads < nvec / 8 && threads < 512) threads <<= 1;
   return threads;
 }
 
@@ -847,6 +859,9 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
         <<<xe_grid((rows + 7) / 8), 256, 0, stream>>>(S, Tt, y, rows, cols);
     return bk__cuda_launched(fn, "xent_grad_rows_kernel");
   }
+  /* 64 to 1024 threads; a row longer than the cache is streamed and read
+   * again, and one 1024-thread block per multiprocessor keeps the rows in
+   * flight few enough for those reads to come from L2. */
   const int64_t need = (cols + EPT - 1) / EPT;
   int threads = 64;
   while (threads < need && threads < 1024) threads <<= 1;
