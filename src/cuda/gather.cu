@@ -17,8 +17,6 @@
  * written once); when few are, the output is a device copy of mat and a
  * second kernel rewrites only the touched rows (sparse path: no map the
  * size of mat's rows).
- * Rows of at least 256 groups get one block each on either path, so the
- * schedule is looked up once per row.
  */
 #include "cuda_internal.h"
 
@@ -162,66 +160,6 @@ static __global__ void __launch_bounds__(256)
     *reinterpret_cast<V *>(y + at) = acc;
   }
 }
-
-/* Row-block path for rows of at least BK_ROWBLOCK_GROUPS groups: one block
- * per output row (item), so the schedule lookups (map, segment bounds,
- * update rows) are made once per row rather than once per group, and the
- * row's base loads go out before they resolve. DENSE: item d is row d, its
- * schedule entry from the map (-1: a plain copy). Sparse: item s is the
- * touched row seg_row[s]. Each thread keeps BK_GATHER_UNROLL independent
- * 16-byte groups in flight and folds the updates onto them in list order,
- * ((mat + v_first) + v_second) + ..., as the other kernels do. Four blocks
- * per multiprocessor (at most 64 registers, no spills) keep about 64 KB of
- * base-row loads in flight. */
-template <typename T, typename S, int W, bool DENSE>
-static __global__ void __launch_bounds__(256, 4)
-    scatter_rowblock_kernel(const T *__restrict__ mat, const T *__restrict__ values,
-                            T *__restrict__ y, const S *__restrict__ row_seg,
-                            const int64_t *__restrict__ seg_row,
-                            const int64_t *__restrict__ seg_start,
-                            const int64_t *__restrict__ upd, int64_t items, int64_t cols) {
-  typedef vec<T, W> V;
-  constexpr int U = BK_GATHER_UNROLL;
-  const int64_t cg = cols / W; /* groups per row */
-  for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
-    const int64_t d = DENSE ? it : seg_row[it];
-    const int64_t sg = DENSE ? (int64_t)row_seg[d] : it;
-    const T *mrow = mat + d * cols;
-    T *yrow = y + d * cols;
-    for (int64_t c0 = threadIdx.x; c0 < cg; c0 += 256 * U) {
-      V acc[U];
-#pragma unroll
-      for (int u = 0; u < U; u++) {
-        const int64_t c = c0 + u * 256;
-        if (c < cg) acc[u] = *reinterpret_cast<const V *>(mrow + c * W);
-      }
-      if (sg >= 0) {
-        const int64_t j1 = seg_start[sg + 1];
-        for (int64_t j = seg_start[sg]; j < j1; j++) {
-          const T *vrow = values + upd[j] * cols;
-#pragma unroll
-          for (int u = 0; u < U; u++) {
-            const int64_t c = c0 + u * 256;
-            if (c < cg) {
-              const V add = *reinterpret_cast<const V *>(vrow + c * W);
-#pragma unroll
-              for (int i = 0; i < W; i++) acc[u].v[i] = acc[u].v[i] + add.v[i];
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < U; u++) {
-        const int64_t c = c0 + u * 256;
-        if (c < cg) *reinterpret_cast<V *>(yrow + c * W) = acc[u];
-      }
-    }
-  }
-}
-
-/* Groups per row from which a row gets a whole block (every thread has at
- * least one group of the row). */
-#define BK_ROWBLOCK_GROUPS 256
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
@@ -371,12 +309,7 @@ static bk_status launch_dense(bk_context *ctx, const char *fn, const T *mat, con
     mark_rows_kernel<S><<<bk_cuda_blocks(ctx, u, 256), 256, 0, s>>>((S *)map, seg_row, u);
     st = bk__cuda_launched(fn, "mark_rows_kernel");
   }
-  if (st == BK_OK && cols / W >= BK_ROWBLOCK_GROUPS) {
-    const unsigned grid = (unsigned)(rows < INT32_MAX ? rows : INT32_MAX);
-    scatter_rowblock_kernel<T, S, W, true><<<grid, 256, 0, s>>>(
-        mat, values, y, (const S *)map, seg_row, seg_start, upd, rows, cols);
-    st = bk__cuda_launched(fn, "scatter_rowblock_kernel");
-  } else if (st == BK_OK) {
+  if (st == BK_OK) {
     const int64_t groups = rows * cols / W;
     const int64_t work = (groups + BK_GATHER_UNROLL - 1) / BK_GATHER_UNROLL;
     scatter_dense_kernel<T, S, W><<<bk_cuda_blocks(ctx, work, 256), 256, 0, s>>>(
@@ -400,12 +333,6 @@ static bk_status launch_scatter_w(bk_context *ctx, const char *fn, const T *mat,
     BK_CUDA_TRY(cudaMemcpyAsync(y, mat, (size_t)(rows * cols) * sizeof(T),
                                 cudaMemcpyDeviceToDevice, s),
                 fn, "cudaMemcpyAsync");
-    if (cols / W >= BK_ROWBLOCK_GROUPS) {
-      const unsigned grid = (unsigned)(u < INT32_MAX ? u : INT32_MAX);
-      scatter_rowblock_kernel<T, int32_t, W, false><<<grid, 256, 0, s>>>(
-          mat, values, y, NULL, seg_row, seg_start, upd, u, cols);
-      return bk__cuda_launched(fn, "scatter_rowblock_kernel");
-    }
     const int64_t groups = u * cols / W;
     scatter_sparse_kernel<T, W><<<bk_cuda_blocks(ctx, groups, 256), 256, 0, s>>>(
         mat, values, y, seg_row, seg_start, upd, cols, bk_divider_make((uint64_t)cols), groups);

@@ -35,6 +35,10 @@
 
 static constexpr unsigned LN_FULL_MASK = 0xffffffffu;
 
+/* max(v, 0) that keeps NaN: a row holding NaN must give NaN statistics
+ * (fmax would turn a NaN variance into 0). */
+static __device__ __forceinline__ double ln_clamp0(double v) { return v < 0.0 ? 0.0 : v; }
+
 /* vec: elements in 16 bytes; ept: elements of a row cached per thread. */
 template <typename T> struct ln_traits;
 template <> struct ln_traits<float> {
@@ -244,7 +248,7 @@ static __global__ void __launch_bounds__(1024)
     }
     dm = ln_allsum<WARP>(dm, sh2);
     const double mu = mu0 + dm.a / (double)cols;
-    const double var = fmax(dm.b - dm.a * (dm.a / (double)cols), 0.0) / (double)cols;
+    const double var = ln_clamp0(dm.b - dm.a * (dm.a / (double)cols)) / (double)cols;
     const double rstd_d = 1.0 / sqrt(var + eps);
     if (g == 0) inv_std[r] = (T)rstd_d;
 
@@ -303,7 +307,7 @@ static __global__ void __launch_bounds__(256)
     }
     dm = ln_allsum<false>(dm, sh2);
     if (threadIdx.x == 0)
-      stats[u] = ln_stat{n, mean0 + dm.a / n, fmax(dm.b - dm.a * (dm.a / n), 0.0)};
+      stats[u] = ln_stat{n, mean0 + dm.a / n, ln_clamp0(dm.b - dm.a * (dm.a / n))};
   }
 }
 

@@ -18,10 +18,8 @@
  * of a block load and one warp folds:
  *   - column fold: the innermost output axis is kept contiguous (reducing
  *     leading axes, e.g. (8192, 8192) -> (1, 8192), or bk_sum_axis with
- *     inner > 1): a block owns a strip of 128 bytes of columns (64 bytes,
- *     with a deeper pipeline, when there are few strips), its loads are
- *     coalesced row segments, and lane c of the folding warp adds column c
- *     row after row;
+ *     inner > 1): a block owns a 32-column strip, its loads are coalesced row
+ *     segments, and lane c of the folding warp adds column c row after row;
  *   - row fold: only the innermost output axis is reduced (bk_sum_axis with
  *     inner == 1): a block owns 32 contiguous rows, and lane r adds row r
  *     element after element out of a padded tile.
@@ -224,26 +222,21 @@ static __global__ void __launch_bounds__(256)
 
 /* Column fold. The innermost axis (extent C) is kept with input stride 1;
  * every reduced axis is further out. Work item w is (kept outer index,
- * strip of SWB bytes of columns); its nred rows (reduced index order ==
- * row-major output order) stream through S stages of RS rows (8 KB a
- * stage). AL: dout is 16-byte aligned and C is a multiple of a 16-byte
- * chunk, so every row segment is aligned. AFFINE: a single reduced axis, so
- * row r starts at r times its stride. SWB 128: 32 float columns (whole
- * 128-byte lines), 5 stages, for many work items. SWB 64: 16 float columns,
- * twice the work items, 6 stages, several blocks per multiprocessor (MINB),
- * for few work items, where the bytes in flight per strip limit the rate. */
-template <typename T, int SWB, int S, int MINB, bool AL, bool AFFINE>
-static __global__ void __launch_bounds__(256, MINB)
+ * 32-column strip); its nred rows (reduced index order == row-major output
+ * order) stream through S stages of RS rows. AL: dout is 16-byte aligned and
+ * C is a multiple of a 16-byte chunk, so every row segment is aligned.
+ * AFFINE: a single reduced axis, so row r starts at r times its stride. */
+template <typename T, bool AL, bool AFFINE>
+static __global__ void __launch_bounds__(256)
     fold_cols_kernel(const T *__restrict__ dout, T *__restrict__ din, fold_geom g,
                      int64_t strips, int64_t items) {
-  constexpr int SW = SWB / (int)sizeof(T); /* columns per strip */
-  constexpr int RS = 8192 / SWB;           /* rows per stage: 8 KB */
-  constexpr int EPC = 16 / (int)sizeof(T); /* elements per 16-byte chunk */
-  constexpr int CPR = SW / EPC;            /* chunks per row */
-  constexpr int CPT = RS * CPR / 256;      /* chunks per thread per stage */
-  constexpr int EPT = RS * SW / 256;       /* elements per thread per stage */
-  static_assert(SW <= 32 && SW % EPC == 0, "a strip is whole chunks, one lane per column");
-  static_assert(CPT * 256 == RS * CPR && EPT * 256 == RS * SW, "a stage is whole per-thread copies");
+  constexpr int SW = 32;                          /* columns per strip */
+  constexpr int RS = 8192 / (SW * (int)sizeof(T)); /* rows per stage: 8 KB */
+  constexpr int S = 5;                            /* stages */
+  constexpr int EPC = 16 / (int)sizeof(T);         /* elements per 16-byte chunk */
+  constexpr int CPR = SW / EPC;                   /* chunks per row */
+  constexpr int CPT = RS * CPR / 256;             /* chunks per thread per stage */
+  constexpr int EPT = RS * SW / 256;              /* elements per thread per stage */
   __shared__ __align__(16) T buf[S][RS][SW];
 
   const int tid = threadIdx.x;
@@ -564,37 +557,6 @@ static bk_status launch_broadcast(bk_context *ctx, const char *fn, const T *x, T
  * when its strip or tile is only partly used. */
 #define BK_FOLD_FEW_RESULTS 32768
 
-/* Column folds with fewer 128-byte strips than this many per multiprocessor
- * take 64-byte strips: twice the blocks, each with a deeper pipeline, so that
- * several blocks per multiprocessor keep their loads in flight while one
- * thread per column folds. */
-#define BK_FOLD_NARROW_PER_SM 4
-
-template <typename T, int SWB, int S, int MINB>
-static bk_status launch_fold_cols(bk_context *ctx, const char *fn, const T *dout, T *din,
-                                  const fold_geom &g, int64_t C, bool aligned) {
-  constexpr int SW = SWB / (int)sizeof(T);
-  cudaStream_t s = bk_stream(ctx);
-  const int64_t strips = (C + SW - 1) / SW;
-  const int64_t items = (g.nkept / C) * strips;
-  const unsigned grid = (unsigned)(items < INT32_MAX ? items : INT32_MAX);
-  void (*kern)(const T *, T *, fold_geom, int64_t, int64_t);
-  if (g.nr == 1)
-    kern = aligned ? fold_cols_kernel<T, SWB, S, MINB, true, true>
-                   : fold_cols_kernel<T, SWB, S, MINB, false, true>;
-  else
-    kern = aligned ? fold_cols_kernel<T, SWB, S, MINB, true, false>
-                   : fold_cols_kernel<T, SWB, S, MINB, false, false>;
-  /* Several blocks of S * 8 KB per multiprocessor need the largest shared
-   * memory carveout; it is a hint the driver may round. */
-  if constexpr (MINB > 1)
-    BK_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     (int)cudaSharedmemCarveoutMaxShared),
-                fn, "cudaFuncSetAttribute");
-  kern<<<grid, 256, 0, s>>>(dout, din, g, strips, items);
-  return bk__cuda_launched(fn, "fold_cols_kernel");
-}
-
 template <typename T>
 static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *din,
                              const bk_bcast_geom *geom) {
@@ -637,12 +599,22 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
   if (g.nr > 0 && last_kept && stride[n - 1] == 1 && g.nred >= 16 &&
       (dims[n - 1] >= 32 || g.nkept <= BK_FOLD_FEW_RESULTS)) {
     const int64_t C = dims[n - 1];
+    const int64_t strips = (C + 31) / 32;
+    const int64_t items = (g.nkept / C) * strips;
+    const unsigned grid = (unsigned)(items < INT32_MAX ? items : INT32_MAX);
     const bool aligned = al && C % EPC == 0;
-    const int64_t wide_items = (g.nkept / C) * ((C + (128 / (int64_t)sizeof(T)) - 1) /
-                                                (128 / (int64_t)sizeof(T)));
-    if (wide_items < (int64_t)BK_FOLD_NARROW_PER_SM * bk_cu(ctx)->sm_count)
-      return launch_fold_cols<T, 64, 6, 4>(ctx, fn, dout, din, g, C, aligned);
-    return launch_fold_cols<T, 128, 5, 1>(ctx, fn, dout, din, g, C, aligned);
+    if (g.nr == 1) {
+      if (aligned)
+        fold_cols_kernel<T, true, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+      else
+        fold_cols_kernel<T, false, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+    } else {
+      if (aligned)
+        fold_cols_kernel<T, true, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+      else
+        fold_cols_kernel<T, false, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+    }
+    return bk__cuda_launched(fn, "fold_cols_kernel");
   }
   /* Row fold: only the innermost axis reduced. */
   if (g.nr == 1 && !last_kept &&
