@@ -101,8 +101,9 @@ static bk_status cuda_context_init(bk_context *ctx, int index) {
   }
   c->stream = c->own_stream;
   if (st == BK_OK)
-    st = bk__cuda_status(cudaEventCreateWithFlags(&c->pinned_done, cudaEventDisableTiming), ctx_fn,
-                         "cudaEventCreate");
+    for (int i = 0; i < BK_CUDA_STAGE_SLOTS && st == BK_OK; i++)
+      st = bk__cuda_status(cudaEventCreateWithFlags(&c->stage[i].done, cudaEventDisableTiming),
+                           ctx_fn, "cudaEventCreate");
   if (st == BK_OK) {
     /* Keep freed memory in the pool instead of returning it to the driver
      * at every synchronization: repeated calls then allocate without cost. */
@@ -130,8 +131,10 @@ static void cuda_context_fini(bk_context *ctx) {
   if (c->cublas) (void)cublasDestroy((cublasHandle_t)c->cublas);
   if (c->cudnn) (void)cudnnDestroy((cudnnHandle_t)c->cudnn);
   if (c->flag) (void)cudaFree(c->flag);
-  if (c->pinned) (void)cudaFreeHost(c->pinned);
-  if (c->pinned_done) (void)cudaEventDestroy(c->pinned_done);
+  for (int i = 0; i < BK_CUDA_STAGE_SLOTS; i++) {
+    if (c->stage[i].host) (void)cudaFreeHost(c->stage[i].host);
+    if (c->stage[i].done) (void)cudaEventDestroy(c->stage[i].done);
+  }
   if (c->own_stream) (void)cudaStreamDestroy(c->own_stream);
   (void)cudaGetLastError();
   bk__host_free(c);
@@ -228,39 +231,47 @@ void bk__cuda_scratch_free(bk_context *ctx, void *ptr) {
   if (ptr) cuda_mem_free(ctx, ptr);
 }
 
-/* Host data goes through the pinned staging buffer so the copy can be
- * asynchronous while the caller's array is free to reuse at once. The
- * staging buffer is reused after the previous copy out of it completed. */
-static bk_status stage(bk_context *ctx, size_t bytes, void **host) {
+/* Host data goes through pinned staging so the copy can be asynchronous
+ * while the caller's array is free to reuse at once. The slots form a ring:
+ * a slot is reused after the copy out of it completed, which for a ring of
+ * BK_CUDA_STAGE_SLOTS is almost never a wait, so the host keeps running
+ * ahead of the device. */
+static bk_status stage(bk_context *ctx, size_t bytes, void **host, int *slot) {
   static const char fn[] = "bufkern";
   bk_cuda_ctx *c = bk_cu(ctx);
-  if (c->pinned_pending) {
-    BK_CUDA_TRY(cudaEventSynchronize(c->pinned_done), fn, "cudaEventSynchronize");
-    c->pinned_pending = 0;
+  const int i = c->stage_next;
+  bk_cuda_stage *sl = &c->stage[i];
+  if (sl->pending) {
+    BK_CUDA_TRY(cudaEventSynchronize(sl->done), fn, "cudaEventSynchronize");
+    sl->pending = 0;
   }
-  if (bytes > c->pinned_cap) {
+  if (bytes > sl->cap) {
     if (bk__inject_should_fail())
       return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "injected pinned allocation failure (%zu bytes)", bytes);
-    size_t cap = c->pinned_cap ? c->pinned_cap : 4096;
+    size_t cap = sl->cap ? sl->cap : 4096;
     while (cap < bytes) cap *= 2;
     void *p = NULL;
     cudaError_t err = cudaMallocHost(&p, cap);
     if (err != cudaSuccess) return bk__cuda_status(err, fn, "cudaMallocHost");
-    if (c->pinned) (void)cudaFreeHost(c->pinned);
-    c->pinned = p;
-    c->pinned_cap = cap;
+    if (sl->host) (void)cudaFreeHost(sl->host);
+    sl->host = p;
+    sl->cap = cap;
   }
-  *host = c->pinned;
+  *host = sl->host;
+  *slot = i;
   return BK_OK;
 }
 
-static bk_status stage_copy(bk_context *ctx, void *dst, size_t bytes) {
+/* Queues the copy out of a staged slot and moves the ring on. */
+static bk_status stage_copy(bk_context *ctx, int slot, void *dst, size_t bytes) {
   static const char fn[] = "bufkern";
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaMemcpyAsync(dst, c->pinned, bytes, cudaMemcpyHostToDevice, c->stream), fn,
+  bk_cuda_stage *sl = &c->stage[slot];
+  BK_CUDA_TRY(cudaMemcpyAsync(dst, sl->host, bytes, cudaMemcpyHostToDevice, c->stream), fn,
               "cudaMemcpyAsync (upload)");
-  BK_CUDA_TRY(cudaEventRecord(c->pinned_done, c->stream), fn, "cudaEventRecord");
-  c->pinned_pending = 1;
+  BK_CUDA_TRY(cudaEventRecord(sl->done, c->stream), fn, "cudaEventRecord");
+  sl->pending = 1;
+  c->stage_next = (slot + 1) % BK_CUDA_STAGE_SLOTS;
   return BK_OK;
 }
 
@@ -268,13 +279,14 @@ bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t 
                                              uint32_t **dev) {
   size_t bytes = (size_t)k * sizeof(uint32_t);
   void *host = NULL, *d = NULL;
-  bk_status st = stage(ctx, bytes, &host);
+  int slot = 0;
+  bk_status st = stage(ctx, bytes, &host, &slot);
   if (st != BK_OK) return st;
   uint32_t *h = (uint32_t *)host;
   for (int64_t r = 0; r < k; r++) h[r] = (uint32_t)idx[r];
   st = bk__cuda_scratch(ctx, bytes, &d);
   if (st != BK_OK) return st;
-  st = stage_copy(ctx, d, bytes);
+  st = stage_copy(ctx, slot, d, bytes);
   if (st != BK_OK) {
     bk__cuda_scratch_free(ctx, d);
     return st;
@@ -286,12 +298,13 @@ bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t 
 bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes,
                                              void **dev) {
   void *host = NULL, *d = NULL;
-  bk_status st = stage(ctx, bytes, &host);
+  int slot = 0;
+  bk_status st = stage(ctx, bytes, &host, &slot);
   if (st != BK_OK) return st;
   memcpy(host, src, bytes);
   st = bk__cuda_scratch(ctx, bytes, &d);
   if (st != BK_OK) return st;
-  st = stage_copy(ctx, d, bytes);
+  st = stage_copy(ctx, slot, d, bytes);
   if (st != BK_OK) {
     bk__cuda_scratch_free(ctx, d);
     return st;

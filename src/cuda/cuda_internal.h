@@ -12,12 +12,24 @@
 #include <stdint.h>
 
 /* Slots for per-context caches owned by one family (plans, descriptors). */
+/* Pinned staging slots per context (see bk_cuda_ctx.stage). */
+#define BK_CUDA_STAGE_SLOTS 4
+
 enum bk_cuda_cache_slot {
   BK_CUDA_CACHE_FFT = 0,
   BK_CUDA_CACHE_CONV = 1,
   BK_CUDA_CACHE_BMM = 2,
   BK_CUDA_CACHE_SLOTS = 8
 };
+
+/* One pinned staging slot: host memory, its capacity, the event recorded
+ * after the copy out of it, and whether that copy may still be running. */
+typedef struct bk_cuda_stage {
+  void *host;
+  size_t cap;
+  cudaEvent_t done;
+  int pending;
+} bk_cuda_stage;
 
 typedef struct bk_cuda_ctx {
   int device;
@@ -29,12 +41,11 @@ typedef struct bk_cuda_ctx {
   void *cudnn;              /* cudnnHandle_t, created on first use */
   void *cache[BK_CUDA_CACHE_SLOTS];
   void (*cache_free[BK_CUDA_CACHE_SLOTS])(void *);
-  /* Pinned host staging for index uploads, reused once the previous copy
-   * out of it has completed (pinned_done). */
-  void *pinned;
-  size_t pinned_cap;
-  cudaEvent_t pinned_done;
-  int pinned_pending;
+  /* Pinned host staging for index uploads: a ring of slots, each reused
+   * once the copy out of it has completed (its event), so the host can run
+   * several calls ahead of the device. */
+  bk_cuda_stage stage[BK_CUDA_STAGE_SLOTS];
+  int stage_next;
   /* A small device word for flags read back by the host (bmm_scaled). */
   int *flag;
 } bk_cuda_ctx;
