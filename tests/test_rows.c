@@ -392,6 +392,45 @@ static void topk_random(void) {
   }
 }
 
+/* Every k from 1 to 8 on the row widths the CUDA lane-group kernel takes
+ * (32..256 float columns, 16..128 double columns), row counts that leave a
+ * warp partly filled, and rows with ties, signed zeros, infinities and NaN
+ * mixed with clean rows. */
+static void topk_small_k(void) {
+  static const int64_t shapes[][2] = {{1, 32}, {3, 64}, {7, 128}, {9, 256}, {9, 16},
+                                      {33, 32}, {4096, 64}};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      for (int kind = 0; kind < 3; kind++) {
+        int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+        int64_t *beaters = tl_xmalloc((size_t)n * sizeof *beaters);
+        tl_seed(900 + 3 * s + (uint64_t)kind);
+        if (kind == 0)
+          tl_fill_randn(x, n);
+        else
+          fill_tricky(x, n, kind == 2);
+        bk_buffer *b = tl_buf(dt, x, n);
+        double *h = held(b);
+        topk_beaters(h, beaters, rows, cols);
+        for (int64_t k = 1; k <= 8; k++) {
+          for (int64_t i = 0; i < n; i++) ref[i] = beaters[i] < k ? 1 : 0;
+          bk_buffer *y = NULL;
+          if (TL_OK(bk_rows_topk_mask(tl_ctx, b, rows, cols, k, &y)) == BK_OK)
+            TL_BUF_EXACT(y, ref, n);
+          bk_buffer_release(y);
+        }
+        bk_buffer_release(b);
+        free(h);
+        free(x);
+        free(ref);
+        free(beaters);
+      }
+    }
+  }
+}
+
 /* k >= cols on a result longer than the front door's fill block. */
 static void topk_all_ones(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
@@ -632,6 +671,7 @@ int main(void) {
   TL_RUN(first_max_errors);
   TL_RUN(topk_examples);
   TL_RUN(topk_random);
+  TL_RUN(topk_small_k);
   TL_RUN(topk_all_ones);
   TL_RUN(topk_errors);
   TL_RUN(masked_softmax_examples);

@@ -113,6 +113,11 @@ static void softmax_random(void) {
       {1, {1}},           {1, {7}},          {2, {3, 4}},      {3, {2, 3, 4}},
       {4, {2, 1, 3, 5}},  {3, {4, 70, 3}},   {3, {2, 5, 130}}, {2, {8, 4096}},
       {3, {64, 3, 200}},  {5, {2, 3, 1, 4, 2}}, {2, {3000, 2}},
+      /* Shapes that reach the CUDA tiled middle-axis kernel (partial
+       * strips, the full 16- and 8-wide tiles), its fallback for long
+       * fibres, and the split-row paths for wide last axes. */
+      {3, {3, 37, 5}},    {3, {2, 100, 33}}, {3, {4, 17, 2}},  {3, {2, 1024, 256}},
+      {3, {1, 1, 40}},    {3, {2, 4000, 9}}, {2, {3, 20000}},  {2, {263, 8193}},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];

@@ -20,14 +20,19 @@
  *    replace and the answer is the lowest index of the maximum over the
  *    non-NaN entries, which is what the pairs give.
  *
- * Top-k (exact compare-and-count semantics): for rows of at most a few
- * hundred columns and k <= 8 a thread owns a row staged in shared memory
- * (coalesced in and out) and keeps the k best (value, index) pairs in
- * registers; without NaN, "j beats i" is the strict total order (value
- * descending, index ascending), so entry i is kept iff it is not after the
- * k-th best pair. A row holding NaN is counted literally instead. Any other
- * shape uses a block per (row, tile of entries) that counts beaters over the
- * row in shared-memory tiles, stopping once every entry of the tile has k.
+ * Top-k (exact compare-and-count semantics): rows of 2, 4, 8 or 16 lanes'
+ * worth of four 16-byte vectors (f32 32..256 columns, f64 16..128) with
+ * k <= 8 live in registers of a lane group: each lane keeps its best k pairs
+ * (bitonic networks), the group merges them by shuffles and every lane keeps
+ * its entries that do not come after the k-th best pair (NaN rows: literal
+ * count). Other rows of at most a few hundred columns with k <= 8: a thread
+ * owns a row staged in shared memory (coalesced in and out) and keeps the k
+ * best (value, index) pairs in registers; without NaN, "j beats i" is the
+ * strict total order (value descending, index ascending), so entry i is kept
+ * iff it is not after the k-th best pair. A row holding NaN is counted
+ * literally instead. Any other shape uses a block per (row, tile of entries)
+ * that counts beaters over the row in shared-memory tiles, stopping once every
+ * entry of the tile has k.
  */
 #include "cuda_internal.h"
 
@@ -444,6 +449,187 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
+/*
+ * Top-k in lane groups, 0 < k <= 8 and rows of exactly G*NV vectors (NV = 4
+ * 16-byte vectors per lane, G in {2, 4, 8, 16} lanes per row): a warp holds
+ * 32/G rows in registers. Without NaN the relation "j beats i" is the strict
+ * total order (value descending, index ascending), so each lane sorts its
+ * values in chunks of KP (k rounded up to a power of two) with bitonic
+ * networks and keeps its best KP pairs; the G lanes of a row then merge their
+ * lists by xor shuffles (the better of a[s] and b[KP-1-s] is a bitonic
+ * sequence holding the best KP of both lists, which a half-cleaner cascade
+ * sorts). Every lane of the group ends with the same list, whose k-th pair is
+ * the threshold: an entry is kept iff it is that pair or precedes it. A row
+ * holding a NaN is counted literally from memory by its own lanes instead.
+ */
+template <typename T>
+static __device__ __forceinline__ bool rw_before(T av, int ai, T bv, int bi) {
+  return av > bv || (av == bv && ai < bi);
+}
+
+/* Leaves the earlier (in the order) of the two pairs in (av, ai). */
+template <typename T>
+static __device__ __forceinline__ void rw_cswap(T &av, int &ai, T &bv, int &bi) {
+  const bool sw = rw_before(bv, bi, av, ai);
+  const T lv = sw ? bv : av, hv = sw ? av : bv;
+  const int li = sw ? bi : ai, hi = sw ? ai : bi;
+  av = lv;
+  ai = li;
+  bv = hv;
+  bi = hi;
+}
+
+/* Sorts KP (a power of two) arbitrary pairs into the order (bitonic sort). */
+template <typename T, int KP>
+static __device__ __forceinline__ void rw_bitonic_sort(T *v, int *ix) {
+#pragma unroll
+  for (int ls = 1; (1 << ls) <= KP; ++ls) {
+    const int size = 1 << ls;
+#pragma unroll
+    for (int ld = ls - 1; ld >= 0; --ld) {
+      const int d = 1 << ld;
+#pragma unroll
+      for (int s = 0; s < KP; ++s) {
+        if ((s & d) == 0) {
+          if ((s & size) == 0)
+            rw_cswap(v[s], ix[s], v[s + d], ix[s + d]);
+          else
+            rw_cswap(v[s + d], ix[s + d], v[s], ix[s]);
+        }
+      }
+    }
+  }
+}
+
+/* Sorts a bitonic sequence of KP pairs into the order (half cleaners). */
+template <typename T, int KP>
+static __device__ __forceinline__ void rw_bitonic_clean(T *v, int *ix) {
+#pragma unroll
+  for (int ld = 3; ld >= 0; --ld) {
+    const int d = 1 << ld;
+    if (d >= KP) continue;
+#pragma unroll
+    for (int s = 0; s < KP; ++s)
+      if ((s & d) == 0) rw_cswap(v[s], ix[s], v[s + d], ix[s + d]);
+  }
+}
+
+/* (v, ix) sorted, (bv, bix) sorted: (v, ix) becomes the sorted best KP of both. */
+template <typename T, int KP>
+static __device__ __forceinline__ void rw_merge_best(T *v, int *ix, const T *bv, const int *bix) {
+#pragma unroll
+  for (int s = 0; s < KP; ++s) {
+    const bool take = rw_before(bv[KP - 1 - s], bix[KP - 1 - s], v[s], ix[s]);
+    v[s] = take ? bv[KP - 1 - s] : v[s];
+    ix[s] = take ? bix[KP - 1 - s] : ix[s];
+  }
+  rw_bitonic_clean<T, KP>(v, ix);
+}
+
+template <typename T, int K, int G>
+static __global__ void __launch_bounds__(256)
+    topk_group_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int cols) {
+  constexpr int VEC = rw_traits<T>::vec, NV = 4, NVAL = NV * VEC, RPW = 32 / G;
+  constexpr int KP = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : 8;
+  static_assert(NVAL % KP == 0, "a lane holds whole chunks");
+  const int lane = (int)(threadIdx.x & 31u), q = lane % G;
+  const unsigned gmask = (G == 32 ? RW_FULL_MASK : ((1u << G) - 1u)) << (lane - q);
+  const int64_t units = (rows + RPW - 1) / RPW;
+  const int64_t wpb = (int64_t)(blockDim.x >> 5);
+  const int64_t nwarps = (int64_t)gridDim.x * wpb;
+  for (int64_t u = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5); u < units;
+       u += nwarps) {
+    /* u is uniform across the warp, so every lane reaches every shuffle. */
+    const int64_t r = u * RPW + lane / G;
+    const bool valid = r < rows;
+    const T *xr = x + (valid ? r : 0) * (int64_t)cols;
+    T val[NVAL];
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      if (valid) {
+        rw_load<VEC>(xr + (int64_t)(q + G * n) * VEC, val + n * VEC);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) val[n * VEC + e] = (T)0;
+      }
+    }
+    bool lane_nan = false;
+#pragma unroll
+    for (int e = 0; e < NVAL; ++e) lane_nan = lane_nan || (val[e] != val[e]);
+    const bool nan = (__ballot_sync(RW_FULL_MASK, lane_nan) & gmask) != 0u;
+
+    /* The lane's best KP pairs, chunk by chunk (value e is column col(e)). */
+    T bv[KP];
+    int bi[KP];
+#pragma unroll
+    for (int c = 0; c < NVAL / KP; ++c) {
+      T cv[KP];
+      int ci[KP];
+#pragma unroll
+      for (int s = 0; s < KP; ++s) {
+        const int e = c * KP + s;
+        cv[s] = val[e];
+        ci[s] = (q + G * (e / VEC)) * VEC + e % VEC;
+      }
+      rw_bitonic_sort<T, KP>(cv, ci);
+      if (c == 0) {
+#pragma unroll
+        for (int s = 0; s < KP; ++s) {
+          bv[s] = cv[s];
+          bi[s] = ci[s];
+        }
+      } else {
+        rw_merge_best<T, KP>(bv, bi, cv, ci);
+      }
+    }
+    /* Merge the G lanes' lists of the row (offsets stay inside the group). */
+#pragma unroll
+    for (int lo = 0; lo < 5; ++lo) {
+      const int o = 1 << lo;
+      if (o >= G) break;
+      T ov[KP];
+      int oi[KP];
+#pragma unroll
+      for (int s = 0; s < KP; ++s) {
+        ov[s] = __shfl_xor_sync(RW_FULL_MASK, bv[s], o);
+        oi[s] = __shfl_xor_sync(RW_FULL_MASK, bi[s], o);
+      }
+      rw_merge_best<T, KP>(bv, bi, ov, oi);
+    }
+    const T tv = bv[K - 1];
+    const int ti = bi[K - 1];
+
+    if (valid) {
+      T out[NVAL];
+      if (!nan) {
+#pragma unroll
+        for (int e = 0; e < NVAL; ++e) {
+          const int col = (q + G * (e / VEC)) * VEC + e % VEC;
+          out[e] = (val[e] > tv || (val[e] == tv && col <= ti)) ? (T)1 : (T)0;
+        }
+      } else {
+        int cnt[NVAL];
+#pragma unroll
+        for (int e = 0; e < NVAL; ++e) cnt[e] = 0;
+        for (int j = 0; j < cols; ++j) {
+          const T xj = xr[j];
+#pragma unroll
+          for (int e = 0; e < NVAL; ++e) {
+            const T xi = val[e];
+            const int col = (q + G * (e / VEC)) * VEC + e % VEC;
+            cnt[e] += (xj > xi || (!(xi > xj) && !(xj > xi) && j < col)) ? 1 : 0;
+          }
+        }
+#pragma unroll
+        for (int e = 0; e < NVAL; ++e) out[e] = cnt[e] < K ? (T)1 : (T)0;
+      }
+      T *yr = y + r * (int64_t)cols;
+#pragma unroll
+      for (int n = 0; n < NV; ++n) rw_store<VEC>(yr + (int64_t)(q + G * n) * VEC, out + n * VEC);
+    }
+  }
+}
+
 /* ---- launchers ----------------------------------------------------------------------- */
 
 static unsigned rw_grid(int64_t units) {
@@ -532,9 +718,41 @@ static bk_status topk_small_launch(bk_context *ctx, const char *fn, const T *x, 
   return bk__cuda_launched(fn, "topk_small_kernel");
 }
 
+template <typename T, int K>
+static bk_status topk_group_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t rows,
+                                   int cols, int g) {
+  const int64_t units = (rows + 32 / g - 1) / (32 / g);
+  const unsigned grid = rw_grid((units + 7) / 8);
+  cudaStream_t stream = bk_stream(ctx);
+  switch (g) {
+    case 2: topk_group_kernel<T, K, 2><<<grid, 256, 0, stream>>>(x, y, rows, cols); break;
+    case 4: topk_group_kernel<T, K, 4><<<grid, 256, 0, stream>>>(x, y, rows, cols); break;
+    case 8: topk_group_kernel<T, K, 8><<<grid, 256, 0, stream>>>(x, y, rows, cols); break;
+    default: topk_group_kernel<T, K, 16><<<grid, 256, 0, stream>>>(x, y, rows, cols); break;
+  }
+  return bk__cuda_launched(fn, "topk_group_kernel");
+}
+
 template <typename T>
 static bk_status topk(bk_context *ctx, const char *fn, const T *x, T *y, int64_t rows, int64_t cols,
                       int64_t k) {
+  /* Rows of exactly 2, 4, 8 or 16 lanes' worth of four 16-byte vectors. */
+  const int64_t lane_elems = 4 * rw_traits<T>::vec;
+  const int64_t g = cols / lane_elems;
+  if (k <= 8 && rw_aligned16(x) && rw_aligned16(y) && cols % lane_elems == 0 &&
+      (g == 2 || g == 4 || g == 8 || g == 16)) {
+    const int c = (int)cols, gi = (int)g;
+    switch (k) {
+      case 1: return topk_group_launch<T, 1>(ctx, fn, x, y, rows, c, gi);
+      case 2: return topk_group_launch<T, 2>(ctx, fn, x, y, rows, c, gi);
+      case 3: return topk_group_launch<T, 3>(ctx, fn, x, y, rows, c, gi);
+      case 4: return topk_group_launch<T, 4>(ctx, fn, x, y, rows, c, gi);
+      case 5: return topk_group_launch<T, 5>(ctx, fn, x, y, rows, c, gi);
+      case 6: return topk_group_launch<T, 6>(ctx, fn, x, y, rows, c, gi);
+      case 7: return topk_group_launch<T, 7>(ctx, fn, x, y, rows, c, gi);
+      default: return topk_group_launch<T, 8>(ctx, fn, x, y, rows, c, gi);
+    }
+  }
   if (k <= 8 && cols <= 4096) {
     const int stride = (int)(cols % 2 == 0 ? cols + 1 : cols);
     /* 64 rows a block (32 when the tile would not fit): short blocks keep

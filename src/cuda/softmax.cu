@@ -18,8 +18,10 @@
  *    first kernel read last is still in L2.
  *  - inner > 1: a block takes a tile of up to 32 adjacent inner positions of
  *    one outer index. Consecutive threads read consecutive inner positions
- *    (coalesced); the block's rows of threads split the n axis, each thread
- *    caching its share in registers. Nothing is transposed.
+ *    (coalesced); the block's rows of threads split the n axis. When the
+ *    tile's n rows fit in shared memory (up to 96 KB) they are cached there
+ *    and the input is read once; longer fibres cache a share in registers
+ *    and stream the rest twice. Nothing is transposed.
  *
  * IEEE rules (SPEC 3.1): the maximum ignores NaN, and every element's
  * exponential is taken against the final maximum, so a fibre holding NaN,
@@ -550,6 +552,79 @@ static __global__ void __launch_bounds__(512, 2)
   }
 }
 
+/*
+ * Softmax along the middle axis with the tile cached in shared memory: unit
+ * u is (o, tile) and the block holds all n rows of its ti inner positions
+ * (n*ti elements of dynamic shared memory), so the input is read once.
+ * Thread t handles inner position c = tile*ti + t%ti and rows
+ * j = slot + k*RS (slot = t/ti, RS = blockDim/ti); row j of the tile sits at
+ * tile[j*ti + t%ti] = tile[t + k*blockDim], so every thread only touches its
+ * own entries and consecutive lanes hit consecutive banks. U loads are
+ * issued before they are used to keep bytes in flight.
+ */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+    softmax_inner_tile_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t outer,
+                              int64_t n, int64_t inner, int ti) {
+  constexpr int U = 64 / (int)sizeof(T);
+  extern __shared__ __align__(16) unsigned char sm_dyn[];
+  T *tile = reinterpret_cast<T *>(sm_dyn);
+  __shared__ double sh[256];
+  const T ninf = (T)-INFINITY;
+  const int t = (int)threadIdx.x;
+  const int B = (int)blockDim.x;
+  const int col = t & (ti - 1);
+  const int64_t slot = t / ti, RS = (int64_t)B / ti;
+  const int64_t tiles = (inner + ti - 1) / ti;
+  const int64_t units = outer * tiles;
+  const int64_t stride = RS * inner;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t o = u / tiles, tl = u - o * tiles;
+    const int64_t c = tl * ti + col;
+    const bool ok = c < inner;
+    const int64_t base = (o * n + slot) * inner + c;
+    const T *xb = x + (ok ? base : 0);
+    T *yb = y + (ok ? base : 0);
+    /* Rows of this thread; at most n, and n*ti fits in shared memory. */
+    const int cnt = ok && slot < n ? (int)((n - slot + RS - 1) / RS) : 0;
+
+    /* Pass 1: global -> shared, thread maximum. */
+    T m = ninf;
+    int k = 0;
+    for (; k + U <= cnt; k += U) {
+      T xv[U];
+#pragma unroll
+      for (int e = 0; e < U; ++e) xv[e] = xb[(int64_t)(k + e) * stride];
+#pragma unroll
+      for (int e = 0; e < U; ++e) {
+        tile[t + (k + e) * B] = xv[e];
+        m = sm_max_op()(m, xv[e]);
+      }
+    }
+    for (; k < cnt; ++k) {
+      const T xv = xb[(int64_t)k * stride];
+      tile[t + k * B] = xv;
+      m = sm_max_op()(m, xv);
+    }
+    const T M = sm_col_allreduce(m, sm_max_op(), ti, sh);
+
+    /* Pass 2: exponentials against the fibre maximum, kept in the tile. */
+    double s = 0.0;
+#pragma unroll 4
+    for (int i = 0; i < cnt; ++i) {
+      const T ex = sm_exp(tile[t + i * B] - M);
+      tile[t + i * B] = ex;
+      s += (double)ex;
+    }
+    const double S = sm_col_allreduce(s, sm_sum_op(), ti, sh);
+    const T inv = (T)(1.0 / S);
+
+    /* Pass 3: write. */
+#pragma unroll 8
+    for (int i = 0; i < cnt; ++i) __stcs(yb + (int64_t)i * stride, tile[t + i * B] * inv);
+  }
+}
+
 /* ---- launchers ------------------------------------------------------------------------ */
 
 /* Blocks for a grid-stride loop over `units` independent work units. */
@@ -624,12 +699,53 @@ static bk_status softmax_rows(bk_context *ctx, const char *fn, const void *x, co
                                            cols);
 }
 
+/* Largest shared-memory tile of the middle-axis tile kernel: 96 KB leaves
+ * room for two blocks per multiprocessor (228 KB on sm_90). The attribute
+ * is set to this fixed value on every launch, so concurrent callers never
+ * lower it under one another. */
+static const int64_t SM_TILE_MAX = 96 * 1024;
+/* Preferred tile size: three 64 KB blocks share a multiprocessor. */
+static const int64_t SM_TILE_FAST = 64 * 1024;
+
+/* Tile path of softmax_inner: returns BK_OK with *done = false when the
+ * fibre tile does not fit in shared memory. */
+template <typename T>
+static bk_status softmax_inner_tile(bk_context *ctx, const char *fn, const void *x, void *y,
+                                    int64_t outer, int64_t n, int64_t inner, bool *done) {
+  *done = false;
+  int tmax = 1;
+  while (tmax < inner && tmax < 32) tmax <<= 1;
+  const int tmin = tmax < 8 ? tmax : 8;
+  const int64_t esz = (int64_t)sizeof(T);
+  if (n > SM_TILE_MAX / (esz * tmin)) return BK_OK;
+  int ti = tmax;
+  while (ti > tmin && n * ti * esz > SM_TILE_FAST) ti >>= 1;
+  const int64_t bytes = n * ti * esz;
+  int threads = 64;
+  while (threads < n * ti && threads < 256) threads <<= 1;
+  BK_CUDA_TRY(cudaFuncSetAttribute(softmax_inner_tile_kernel<T>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SM_TILE_MAX),
+              fn, "cudaFuncSetAttribute");
+  BK_CUDA_TRY(cudaFuncSetAttribute(softmax_inner_tile_kernel<T>,
+                                   cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   (int)cudaSharedmemCarveoutMaxShared),
+              fn, "cudaFuncSetAttribute");
+  const int64_t units = outer * ((inner + ti - 1) / ti);
+  softmax_inner_tile_kernel<T><<<sm_grid(units), threads, (size_t)bytes, bk_stream(ctx)>>>(
+      (const T *)x, (T *)y, outer, n, inner, ti);
+  *done = true;
+  return bk__cuda_launched(fn, "softmax_inner_tile_kernel");
+}
+
 template <typename T>
 static bk_status softmax_inner(bk_context *ctx, const char *fn, const void *x, void *y,
                                int64_t outer, int64_t n, int64_t inner) {
   constexpr int EPT = sm_traits<T>::ept;
-  /* Tile width: up to 32 inner positions (128-byte row segments in float32),
-   * narrowed to 16 while that lets a block of at most 512 threads cache more
+  bool done = false;
+  const bk_status st = softmax_inner_tile<T>(ctx, fn, x, y, outer, n, inner, &done);
+  if (st != BK_OK || done) return st;
+  /* Fibres too long for the shared-memory tile. Tile width: up to 32 inner
+   * positions (128-byte row segments in float32), narrowed to 16 while that lets a block of at most 512 threads cache more
    * of the fibre. Blocks stay at 512 threads or fewer so that two share a
    * multiprocessor; rows beyond the cache are streamed and read again from
    * L2 (a block's tile is at most n*ti elements). */
