@@ -123,6 +123,40 @@ static __device__ __forceinline__ uint64_t bk_divider_q(const bk_divider &f, uin
 }
 #endif
 
+#ifdef __CUDACC__
+/* VEC consecutive elements of T at p as one access: a 16-byte vector when
+ * VEC * sizeof(T) == 16 (p then 16-byte aligned), a scalar when VEC == 1. */
+template <int VEC, typename T>
+static __device__ __forceinline__ void bk_vload(const T *p, T *r) {
+  if constexpr (VEC == 1) {
+    r[0] = *p;
+  } else if constexpr (sizeof(T) == 4) {
+    const float4 v = *reinterpret_cast<const float4 *>(p);
+    r[0] = v.x;
+    r[1] = v.y;
+    r[2] = v.z;
+    r[3] = v.w;
+  } else {
+    const double2 v = *reinterpret_cast<const double2 *>(p);
+    r[0] = v.x;
+    r[1] = v.y;
+  }
+}
+
+/* The matching store, marked streaming (evict first): kernel outputs are
+ * not read again by the kernel, while its inputs may be, from L2. */
+template <int VEC, typename T>
+static __device__ __forceinline__ void bk_vstore_cs(T *p, const T *r) {
+  if constexpr (VEC == 1) {
+    __stcs(p, r[0]);
+  } else if constexpr (sizeof(T) == 4) {
+    __stcs(reinterpret_cast<float4 *>(p), make_float4(r[0], r[1], r[2], r[3]));
+  } else {
+    __stcs(reinterpret_cast<double2 *>(p), make_double2(r[0], r[1]));
+  }
+}
+#endif
+
 #define BK_CUDA_TRY(expr, fn, what)                      \
   do {                                                   \
     bk_status bk_try_st_ = bk__cuda_status((expr), fn, what); \

@@ -50,34 +50,6 @@ template <> struct ln_traits<double> {
   static constexpr int ept = 8;
 };
 
-template <int VEC, typename T>
-static __device__ __forceinline__ void ln_load(const T *p, T *r) {
-  if constexpr (VEC == 1) {
-    r[0] = *p;
-  } else if constexpr (sizeof(T) == 4) {
-    const float4 v = *reinterpret_cast<const float4 *>(p);
-    r[0] = v.x;
-    r[1] = v.y;
-    r[2] = v.z;
-    r[3] = v.w;
-  } else {
-    const double2 v = *reinterpret_cast<const double2 *>(p);
-    r[0] = v.x;
-    r[1] = v.y;
-  }
-}
-
-template <int VEC, typename T>
-static __device__ __forceinline__ void ln_store(T *p, const T *r) {
-  if constexpr (VEC == 1) {
-    __stcs(p, r[0]);
-  } else if constexpr (sizeof(T) == 4) {
-    __stcs(reinterpret_cast<float4 *>(p), make_float4(r[0], r[1], r[2], r[3]));
-  } else {
-    __stcs(reinterpret_cast<double2 *>(p), make_double2(r[0], r[1]));
-  }
-}
-
 struct ln_pair {
   double a, b;
 };
@@ -165,15 +137,15 @@ static __device__ __forceinline__ void ln_emit(const T *xv, const ln_center<T> &
                                                const T *gamma, const T *beta, int64_t q,
                                                T *nrm, T *out) {
   T gm[VEC], bt[VEC], nv[VEC], ov[VEC];
-  ln_load<VEC>(gamma + q * VEC, gm);
-  ln_load<VEC>(beta + q * VEC, bt);
+  bk_vload<VEC>(gamma + q * VEC, gm);
+  bk_vload<VEC>(beta + q * VEC, bt);
 #pragma unroll
   for (int e = 0; e < VEC; ++e) {
     nv[e] = ctr(xv[e]) * rstd;
     ov[e] = fma(nv[e], gm[e], bt[e]);
   }
-  ln_store<VEC>(nrm + q * VEC, nv);
-  ln_store<VEC>(out + q * VEC, ov);
+  bk_vstore_cs<VEC>(nrm + q * VEC, nv);
+  bk_vstore_cs<VEC>(out + q * VEC, ov);
 }
 
 /* ---- kernels: forward ------------------------------------------------------------------- */
@@ -206,7 +178,7 @@ static __global__ void __launch_bounds__(1024)
     for (int i = 0; i < NC; ++i) {
       const int64_t q = i * G + g;
       if (q < nvec) {
-        ln_load<VEC>(xr + q * VEC, &v[i * VEC]);
+        bk_vload<VEC>(xr + q * VEC, &v[i * VEC]);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) s += (double)v[i * VEC + e];
       }
@@ -214,7 +186,7 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T t[VEC];
-      ln_load<VEC>(xr + q * VEC, t);
+      bk_vload<VEC>(xr + q * VEC, t);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) s += (double)t[e];
     }
@@ -238,7 +210,7 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T t[VEC];
-      ln_load<VEC>(xr + q * VEC, t);
+      bk_vload<VEC>(xr + q * VEC, t);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const double d = (double)t[e] - mu0;
@@ -263,7 +235,7 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T t[VEC];
-      ln_load<VEC>(xr + q * VEC, t);
+      bk_vload<VEC>(xr + q * VEC, t);
       ln_emit<T, VEC>(t, ctr, rstd, gamma, beta, q, nr, orow);
     }
   }
@@ -288,7 +260,7 @@ static __global__ void __launch_bounds__(256)
     double s = 0.0;
     for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
       T t[VEC];
-      ln_load<VEC>(xr + q * VEC, t);
+      bk_vload<VEC>(xr + q * VEC, t);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) s += (double)t[e];
     }
@@ -297,7 +269,7 @@ static __global__ void __launch_bounds__(256)
     ln_pair dm{0.0, 0.0};
     for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
       T t[VEC];
-      ln_load<VEC>(xr + q * VEC, t);
+      bk_vload<VEC>(xr + q * VEC, t);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const double d = (double)t[e] - mean0;
@@ -343,7 +315,7 @@ static __global__ void __launch_bounds__(256)
     T *nr = nrm + r * cols, *orow = out + r * cols;
     for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
       T t[VEC];
-      ln_load<VEC>(xr + q * VEC, t);
+      bk_vload<VEC>(xr + q * VEC, t);
       ln_emit<T, VEC>(t, ctr, rstd, gamma, beta, q, nr, orow);
     }
   }
@@ -391,9 +363,9 @@ static __global__ void __launch_bounds__(512)
       const int64_t q = i * G + g;
       if (q < nvec) {
         T gm[VEC];
-        ln_load<VEC>(dr + q * VEC, &vg[i * VEC]);
-        ln_load<VEC>(nr + q * VEC, &vn[i * VEC]);
-        ln_load<VEC>(gamma + q * VEC, gm);
+        bk_vload<VEC>(dr + q * VEC, &vg[i * VEC]);
+        bk_vload<VEC>(nr + q * VEC, &vn[i * VEC]);
+        bk_vload<VEC>(gamma + q * VEC, gm);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int k = i * VEC + e;
@@ -419,7 +391,7 @@ static __global__ void __launch_bounds__(512)
           const int k = i * VEC + e;
           o[e] = a * fma(-vn[k], S2, fma(tcols, vg[k], -S1));
         }
-        ln_store<VEC>(xr + q * VEC, o);
+        bk_vstore_cs<VEC>(xr + q * VEC, o);
       }
     }
   }
@@ -485,9 +457,9 @@ static __global__ void __launch_bounds__(256)
     ln_pair s{0.0, 0.0};
     for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
       T d[VEC], n[VEC], gm[VEC];
-      ln_load<VEC>(dr + q * VEC, d);
-      ln_load<VEC>(nr + q * VEC, n);
-      ln_load<VEC>(gamma + q * VEC, gm);
+      bk_vload<VEC>(dr + q * VEC, d);
+      bk_vload<VEC>(nr + q * VEC, n);
+      bk_vload<VEC>(gamma + q * VEC, gm);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const double gv = (double)d[e] * (double)gm[e];
@@ -524,7 +496,7 @@ static __global__ void __launch_bounds__(256)
     const int64_t r0 = rb * rpb;
     const int64_t r1 = r0 + rpb < rows ? r0 + rpb : rows;
     T gm[VEC];
-    ln_load<VEC>(gamma + q * VEC, gm);
+    bk_vload<VEC>(gamma + q * VEC, gm);
     ln_acc<T> ag[VEC], ab[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
@@ -537,15 +509,15 @@ static __global__ void __launch_bounds__(256)
       for (int64_t c = 1; c < nch; ++c) S = ln_add(S, sums[r * nch + c]);
       const T a = (T)((double)inv_std[r] / (double)cols), S1 = (T)S.a, S2 = (T)S.b;
       T d[VEC], n[VEC], o[VEC];
-      ln_load<VEC>(dout + r * cols + q * VEC, d);
-      ln_load<VEC>(nrm + r * cols + q * VEC, n);
+      bk_vload<VEC>(dout + r * cols + q * VEC, d);
+      bk_vload<VEC>(nrm + r * cols + q * VEC, n);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         ab[e].add(d[e]);
         ag[e].add(d[e] * n[e]);
         o[e] = a * fma(-n[e], S2, fma(tcols, d[e] * gm[e], -S1));
       }
-      ln_store<VEC>(dx + r * cols + q * VEC, o);
+      bk_vstore_cs<VEC>(dx + r * cols + q * VEC, o);
     }
     double *pg = part + rb * 2 * cols, *pb = pg + cols;
 #pragma unroll

@@ -52,34 +52,6 @@ template <> struct rw_traits<double> {
   static constexpr int vec = 2;
 };
 
-template <int VEC, typename T>
-static __device__ __forceinline__ void rw_load(const T *p, T *r) {
-  if constexpr (VEC == 1) {
-    r[0] = *p;
-  } else if constexpr (sizeof(T) == 4) {
-    const float4 v = *reinterpret_cast<const float4 *>(p);
-    r[0] = v.x;
-    r[1] = v.y;
-    r[2] = v.z;
-    r[3] = v.w;
-  } else {
-    const double2 v = *reinterpret_cast<const double2 *>(p);
-    r[0] = v.x;
-    r[1] = v.y;
-  }
-}
-
-template <int VEC, typename T>
-static __device__ __forceinline__ void rw_store(T *p, const T *r) {
-  if constexpr (VEC == 1) {
-    __stcs(p, r[0]);
-  } else if constexpr (sizeof(T) == 4) {
-    __stcs(reinterpret_cast<float4 *>(p), make_float4(r[0], r[1], r[2], r[3]));
-  } else {
-    __stcs(reinterpret_cast<double2 *>(p), make_double2(r[0], r[1]));
-  }
-}
-
 enum { RW_SUM = 0, RW_MAX = 1, RW_FIRST = 2 };
 
 template <typename T> struct rw_pair {
@@ -153,7 +125,7 @@ static __device__ __forceinline__ void rw_accumulate(typename Op::A &a, const T 
   for (; q + 3 * G < q1; q += 4 * G) {
     T t[4][VEC];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) rw_load<VEC>(xr + (q + k * G) * VEC, t[k]);
+    for (int k = 0; k < 4; ++k) bk_vload<VEC>(xr + (q + k * G) * VEC, t[k]);
 #pragma unroll
     for (int k = 0; k < 4; ++k)
 #pragma unroll
@@ -161,7 +133,7 @@ static __device__ __forceinline__ void rw_accumulate(typename Op::A &a, const T 
   }
   for (; q < q1; q += G) {
     T t[VEC];
-    rw_load<VEC>(xr + q * VEC, t);
+    bk_vload<VEC>(xr + q * VEC, t);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) Op::add(a, t[e], q * VEC + e);
   }
@@ -175,7 +147,7 @@ static __device__ __forceinline__ void rw_write_onehot(T *yr, int64_t q, int64_t
     T o[VEC];
 #pragma unroll
     for (int e = 0; e < VEC; ++e) o[e] = (q * VEC + e == idx) ? (T)1 : (T)0;
-    rw_store<VEC>(yr + q * VEC, o);
+    bk_vstore_cs<VEC>(yr + q * VEC, o);
   }
 }
 
@@ -547,7 +519,7 @@ static __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int n = 0; n < NV; ++n) {
       if (valid) {
-        rw_load<VEC>(xr + (int64_t)(q + G * n) * VEC, val + n * VEC);
+        bk_vload<VEC>(xr + (int64_t)(q + G * n) * VEC, val + n * VEC);
       } else {
 #pragma unroll
         for (int e = 0; e < VEC; ++e) val[n * VEC + e] = (T)0;
@@ -625,7 +597,7 @@ static __global__ void __launch_bounds__(256)
       }
       T *yr = y + r * (int64_t)cols;
 #pragma unroll
-      for (int n = 0; n < NV; ++n) rw_store<VEC>(yr + (int64_t)(q + G * n) * VEC, out + n * VEC);
+      for (int n = 0; n < NV; ++n) bk_vstore_cs<VEC>(yr + (int64_t)(q + G * n) * VEC, out + n * VEC);
     }
   }
 }

@@ -64,37 +64,6 @@ struct sm_sum_op {
   __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
 };
 
-/* VEC consecutive elements at p (16-byte aligned when VEC > 1). */
-template <int VEC, typename T>
-static __device__ __forceinline__ void sm_load(const T *p, T *r) {
-  if constexpr (VEC == 1) {
-    r[0] = *p;
-  } else if constexpr (sizeof(T) == 4) {
-    const float4 v = *reinterpret_cast<const float4 *>(p);
-    r[0] = v.x;
-    r[1] = v.y;
-    r[2] = v.z;
-    r[3] = v.w;
-  } else {
-    const double2 v = *reinterpret_cast<const double2 *>(p);
-    r[0] = v.x;
-    r[1] = v.y;
-  }
-}
-
-/* Output stores are marked streaming (evict first): the output is not read
- * again here, while the input may be, from L2. */
-template <int VEC, typename T>
-static __device__ __forceinline__ void sm_store(T *p, const T *r) {
-  if constexpr (VEC == 1) {
-    __stcs(p, r[0]);
-  } else if constexpr (sizeof(T) == 4) {
-    __stcs(reinterpret_cast<float4 *>(p), make_float4(r[0], r[1], r[2], r[3]));
-  } else {
-    __stcs(reinterpret_cast<double2 *>(p), make_double2(r[0], r[1]));
-  }
-}
-
 /* Butterfly reduction over the warp: every lane ends with the same value
  * because each step combines two equal-valued halves with a commutative
  * operation, so the result is one fixed tree. */
@@ -206,10 +175,10 @@ static __global__ void __launch_bounds__(1024)
     for (int i = 0; i < NC; ++i) {
       const int64_t q = (int64_t)i * G + g;
       if (q < nvec) {
-        sm_load<VEC>(xr + q * VEC, &v[i * VEC]);
+        bk_vload<VEC>(xr + q * VEC, &v[i * VEC]);
         if constexpr (MASKED) {
           T mk[VEC];
-          sm_load<VEC>(mr + q * VEC, mk);
+          bk_vload<VEC>(mr + q * VEC, mk);
 #pragma unroll
           for (int e = 0; e < VEC; ++e)
             if (mk[e] != (T)0) allow |= 1u << (i * VEC + e);
@@ -226,11 +195,11 @@ static __global__ void __launch_bounds__(1024)
       /* Two vectors in flight; the second may lie past the row. */
       const bool two = q + G < nvec;
       T t[2][VEC], mk[2][VEC];
-      sm_load<VEC>(xr + q * VEC, t[0]);
-      if (two) sm_load<VEC>(xr + (q + G) * VEC, t[1]);
+      bk_vload<VEC>(xr + q * VEC, t[0]);
+      if (two) bk_vload<VEC>(xr + (q + G) * VEC, t[1]);
       if constexpr (MASKED) {
-        sm_load<VEC>(mr + q * VEC, mk[0]);
-        if (two) sm_load<VEC>(mr + (q + G) * VEC, mk[1]);
+        bk_vload<VEC>(mr + q * VEC, mk[0]);
+        if (two) bk_vload<VEC>(mr + (q + G) * VEC, mk[1]);
       }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -255,9 +224,9 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll
         for (int i = 0; i < NC; ++i) {
           const int64_t q = (int64_t)i * G + g;
-          if (q < nvec) sm_store<VEC>(yr + q * VEC, z);
+          if (q < nvec) bk_vstore_cs<VEC>(yr + q * VEC, z);
         }
-        for (int64_t q = unc0; q < nvec; q += G) sm_store<VEC>(yr + q * VEC, z);
+        for (int64_t q = unc0; q < nvec; q += G) bk_vstore_cs<VEC>(yr + q * VEC, z);
         continue;
       }
     }
@@ -292,18 +261,18 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           o[e] = (!MASKED || ((allow >> (i * VEC + e)) & 1u)) ? v[i * VEC + e] * inv : (T)0;
-        sm_store<VEC>(yr + q * VEC, o);
+        bk_vstore_cs<VEC>(yr + q * VEC, o);
       }
     }
 #pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T t[VEC], mk[VEC], o[VEC];
-      sm_load<VEC>(xr + q * VEC, t);
-      if constexpr (MASKED) sm_load<VEC>(mr + q * VEC, mk);
+      bk_vload<VEC>(xr + q * VEC, t);
+      if constexpr (MASKED) bk_vload<VEC>(mr + q * VEC, mk);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         o[e] = (!MASKED || mk[e] != (T)0) ? sm_exp(t[e] - M) * inv : (T)0;
-      sm_store<VEC>(yr + q * VEC, o);
+      bk_vstore_cs<VEC>(yr + q * VEC, o);
     }
   }
 }
@@ -339,8 +308,8 @@ static __global__ void __launch_bounds__(256)
       T t[4][VEC], mk[4][VEC];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        sm_load<VEC>(xr + (q + (int64_t)k * B) * VEC, t[k]);
-        if constexpr (MASKED) sm_load<VEC>(mr + (q + (int64_t)k * B) * VEC, mk[k]);
+        bk_vload<VEC>(xr + (q + (int64_t)k * B) * VEC, t[k]);
+        if constexpr (MASKED) bk_vload<VEC>(mr + (q + (int64_t)k * B) * VEC, mk[k]);
       }
 #pragma unroll
       for (int k = 0; k < 4; ++k)
@@ -353,8 +322,8 @@ static __global__ void __launch_bounds__(256)
     }
     for (; q < q1; q += B) {
       T t[VEC], mk[VEC];
-      sm_load<VEC>(xr + q * VEC, t);
-      if constexpr (MASKED) sm_load<VEC>(mr + q * VEC, mk);
+      bk_vload<VEC>(xr + q * VEC, t);
+      if constexpr (MASKED) bk_vload<VEC>(mr + q * VEC, mk);
 #pragma unroll
       for (int e = 0; e < VEC; ++e)
         if (!MASKED || mk[e] != (T)0) {
@@ -428,13 +397,13 @@ static __global__ void __launch_bounds__(256)
         for (int e = 0; e < VEC; ++e) o[e] = (T)0;
       } else {
         T t[VEC], mk[VEC];
-        sm_load<VEC>(xr + q * VEC, t);
-        if constexpr (MASKED) sm_load<VEC>(mr + q * VEC, mk);
+        bk_vload<VEC>(xr + q * VEC, t);
+        if constexpr (MASKED) bk_vload<VEC>(mr + q * VEC, mk);
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           o[e] = (!MASKED || mk[e] != (T)0) ? sm_exp(t[e] - M) * inv : (T)0;
       }
-      sm_store<VEC>(yr + q * VEC, o);
+      bk_vstore_cs<VEC>(yr + q * VEC, o);
     }
   }
 }

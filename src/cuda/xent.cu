@@ -59,34 +59,6 @@ static __device__ __forceinline__ double xe_exp(double v) { return exp(v); }
 static __device__ __forceinline__ float xe_fmax(float a, float b) { return fmaxf(a, b); }
 static __device__ __forceinline__ double xe_fmax(double a, double b) { return fmax(a, b); }
 
-template <int VEC, typename T>
-static __device__ __forceinline__ void xe_load(const T *p, T *r) {
-  if constexpr (VEC == 1) {
-    r[0] = *p;
-  } else if constexpr (sizeof(T) == 4) {
-    const float4 v = *reinterpret_cast<const float4 *>(p);
-    r[0] = v.x;
-    r[1] = v.y;
-    r[2] = v.z;
-    r[3] = v.w;
-  } else {
-    const double2 v = *reinterpret_cast<const double2 *>(p);
-    r[0] = v.x;
-    r[1] = v.y;
-  }
-}
-
-template <int VEC, typename T>
-static __device__ __forceinline__ void xe_store(T *p, const T *r) {
-  if constexpr (VEC == 1) {
-    __stcs(p, r[0]);
-  } else if constexpr (sizeof(T) == 4) {
-    __stcs(reinterpret_cast<float4 *>(p), make_float4(r[0], r[1], r[2], r[3]));
-  } else {
-    __stcs(reinterpret_cast<double2 *>(p), make_double2(r[0], r[1]));
-  }
-}
-
 /* Small aggregates reduced together. */
 template <typename U> struct xe_pair {
   U a, b;
@@ -278,8 +250,8 @@ static __device__ __forceinline__ void xe_stream(State &st, const T *a, const T 
     T ta[2][VEC], tb[2][VEC];
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      xe_load<VEC>(a + (q + k * G) * VEC, ta[k]);
-      xe_load<VEC>(b + (q + k * G) * VEC, tb[k]);
+      bk_vload<VEC>(a + (q + k * G) * VEC, ta[k]);
+      bk_vload<VEC>(b + (q + k * G) * VEC, tb[k]);
     }
 #pragma unroll
     for (int k = 0; k < 2; ++k)
@@ -288,8 +260,8 @@ static __device__ __forceinline__ void xe_stream(State &st, const T *a, const T 
   }
   if (q < q1) {
     T ta[VEC], tb[VEC];
-    xe_load<VEC>(a + q * VEC, ta);
-    xe_load<VEC>(b + q * VEC, tb);
+    bk_vload<VEC>(a + q * VEC, ta);
+    bk_vload<VEC>(b + q * VEC, tb);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) st.add(ta[e], tb[e]);
   }
@@ -399,7 +371,7 @@ static __device__ double xe_wm_literal(const T *xr, const T *wr, int64_t nvec, i
   T m = (T)-INFINITY;
   for (int64_t q = g; q < nvec; q += G) {
     T t[VEC];
-    xe_load<VEC>(xr + q * VEC, t);
+    bk_vload<VEC>(xr + q * VEC, t);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) m = xe_fmax(m, t[e]);
   }
@@ -407,7 +379,7 @@ static __device__ double xe_wm_literal(const T *xr, const T *wr, int64_t nvec, i
   double s = 0.0;
   for (int64_t q = g; q < nvec; q += G) {
     T t[VEC];
-    xe_load<VEC>(xr + q * VEC, t);
+    bk_vload<VEC>(xr + q * VEC, t);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) s += exp((double)t[e] - M);
   }
@@ -415,8 +387,8 @@ static __device__ double xe_wm_literal(const T *xr, const T *wr, int64_t nvec, i
   double a = 0.0;
   for (int64_t q = g; q < nvec; q += G) {
     T t[VEC], w[VEC];
-    xe_load<VEC>(xr + q * VEC, t);
-    xe_load<VEC>(wr + q * VEC, w);
+    bk_vload<VEC>(xr + q * VEC, t);
+    bk_vload<VEC>(wr + q * VEC, w);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       const double x = (double)t[e], wt = (double)w[e];
@@ -433,8 +405,8 @@ static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, i
   xe_pair<T> m{(T)-INFINITY, (T)-INFINITY};
   for (int64_t q = g; q < nvec; q += G) {
     T a[VEC], b[VEC];
-    xe_load<VEC>(sr + q * VEC, a);
-    xe_load<VEC>(tr + q * VEC, b);
+    bk_vload<VEC>(sr + q * VEC, a);
+    bk_vload<VEC>(tr + q * VEC, b);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) m = xe_max()(m, xe_pair<T>{a[e], b[e]});
   }
@@ -443,8 +415,8 @@ static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, i
   xe_tri v{0.0, 0.0, 0.0};
   for (int64_t q = g; q < nvec; q += G) {
     T a[VEC], b[VEC];
-    xe_load<VEC>(sr + q * VEC, a);
-    xe_load<VEC>(tr + q * VEC, b);
+    bk_vload<VEC>(sr + q * VEC, a);
+    bk_vload<VEC>(tr + q * VEC, b);
 #pragma unroll
     for (int e = 0; e < VEC; ++e) {
       const double ds = (double)a[e] - MS, et = exp((double)b[e] - MT);
@@ -540,8 +512,8 @@ static __global__ void __launch_bounds__(256)
       double sS = 0.0, sT = 0.0;
       for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
         T ta[VEC], tb[VEC];
-        xe_load<VEC>(ar + q * VEC, ta);
-        xe_load<VEC>(br + q * VEC, tb);
+        bk_vload<VEC>(ar + q * VEC, ta);
+        bk_vload<VEC>(br + q * VEC, tb);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           xe_online(mS, sS, ta[e]);
@@ -639,8 +611,8 @@ static __global__ void __launch_bounds__(1024)
     for (int i = 0; i < NC; ++i) {
       const int64_t q = i * G + g;
       if (q < nvec) {
-        xe_load<VEC>(sr + q * VEC, &vs[i * VEC]);
-        xe_load<VEC>(tr + q * VEC, &vt[i * VEC]);
+        bk_vload<VEC>(sr + q * VEC, &vs[i * VEC]);
+        bk_vload<VEC>(tr + q * VEC, &vt[i * VEC]);
 #pragma unroll
         for (int e = 0; e < VEC; ++e)
           m = xe_max()(m, xe_pair<T>{vs[i * VEC + e], vt[i * VEC + e]});
@@ -651,8 +623,8 @@ static __global__ void __launch_bounds__(1024)
 #pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T ta[VEC], tb[VEC];
-      xe_load<VEC>(sr + q * VEC, ta);
-      xe_load<VEC>(tr + q * VEC, tb);
+      bk_vload<VEC>(sr + q * VEC, ta);
+      bk_vload<VEC>(tr + q * VEC, tb);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         xe_online(umS, usS, ta[e]);
@@ -686,17 +658,17 @@ static __global__ void __launch_bounds__(1024)
         T o[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) o[e] = vs[i * VEC + e] * as - vt[i * VEC + e] * at;
-        xe_store<VEC>(yr + q * VEC, o);
+        bk_vstore_cs<VEC>(yr + q * VEC, o);
       }
     }
 #pragma unroll 2
     for (int64_t q = unc0; q < nvec; q += G) {
       T ta[VEC], tb[VEC], o[VEC];
-      xe_load<VEC>(sr + q * VEC, ta);
-      xe_load<VEC>(tr + q * VEC, tb);
+      bk_vload<VEC>(sr + q * VEC, ta);
+      bk_vload<VEC>(tr + q * VEC, tb);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) o[e] = xe_exp(ta[e] - M.a) * as - xe_exp(tb[e] - M.b) * at;
-      xe_store<VEC>(yr + q * VEC, o);
+      bk_vstore_cs<VEC>(yr + q * VEC, o);
     }
   }
 }
@@ -731,11 +703,11 @@ static __global__ void __launch_bounds__(256)
     T *yr = y + r * cols;
     for (int64_t q = q0 + threadIdx.x; q < q1; q += blockDim.x) {
       T ta[VEC], tb[VEC], o[VEC];
-      xe_load<VEC>(sr + q * VEC, ta);
-      xe_load<VEC>(tr + q * VEC, tb);
+      bk_vload<VEC>(sr + q * VEC, ta);
+      bk_vload<VEC>(tr + q * VEC, tb);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) o[e] = xe_exp(ta[e] - MS) * as - xe_exp(tb[e] - MT) * at;
-      xe_store<VEC>(yr + q * VEC, o);
+      bk_vstore_cs<VEC>(yr + q * VEC, o);
     }
   }
 }
