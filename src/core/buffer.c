@@ -75,6 +75,15 @@ void bk_buffer_release(bk_buffer *buf) {
   bk__host_free(buf);
 }
 
+bk_status bk__clear_outs(const char *fn, int n, bk_buffer **const *outs,
+                         const char *const *names) {
+  for (int i = 0; i < n; i++)
+    if (outs[i]) *outs[i] = NULL;
+  for (int i = 0; i < n; i++)
+    if (!outs[i]) return bk__fail(BK_ERR_NULL, fn, "%s is NULL", names[i]);
+  return BK_OK;
+}
+
 void bk__drop(bk_buffer **p) {
   if (p && *p) {
     bk_buffer_release(*p);

@@ -121,6 +121,12 @@ bk_status bk__buffer_foreign(bk_dtype dtype, int64_t length, bk_device device, v
 /* Buffers alive in the process (the reliability tests read it). */
 extern atomic_llong bk__live_buffer_count;
 
+/* For multi-output primitives: clears every non-NULL out-parameter of
+ * outs[0..n) first, then reports the first NULL one by its name, so a caller
+ * passing one NULL slot still gets the others cleared. */
+bk_status bk__clear_outs(const char *fn, int n, bk_buffer **const *outs,
+                         const char *const *names);
+
 /* Releases *p (if any) and sets it to NULL; for the failure paths of
  * multi-output primitives. */
 void bk__drop(bk_buffer **p);

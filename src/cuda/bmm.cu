@@ -76,21 +76,6 @@ template <typename T> struct scaled_plan {
 
 /* ---- device helpers ----------------------------------------------------------- */
 
-static __device__ __forceinline__ void ld16(const float *p, float *v) {
-  const float4 t = __ldg(reinterpret_cast<const float4 *>(p));
-  v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-}
-static __device__ __forceinline__ void ld16(const double *p, double *v) {
-  const double2 t = __ldg(reinterpret_cast<const double2 *>(p));
-  v[0] = t.x; v[1] = t.y;
-}
-static __device__ __forceinline__ void st16(float *p, const float *v) {
-  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-static __device__ __forceinline__ void st16(double *p, const double *v) {
-  *reinterpret_cast<double2 *>(p) = make_double2(v[0], v[1]);
-}
-
 /* x * 2^e with a single rounding. float data is scaled through double,
  * where the product is exact for every exponent the plan can produce (a
  * float times 2^e with |e| <= 1000 stays inside double's range or rounds
@@ -168,10 +153,10 @@ stats_kernel(const T *__restrict__ a, int64_t len_a, const T *__restrict__ b, in
     /* Four independent 16-byte loads in flight per thread. */
     for (; i + 3 * stride < nvec; i += 4 * stride) {
       T v0[V], v1[V], v2[V], v3[V];
-      ld16(x + i * V, v0);
-      ld16(x + (i + stride) * V, v1);
-      ld16(x + (i + 2 * stride) * V, v2);
-      ld16(x + (i + 3 * stride) * V, v3);
+      bk_ld16(x + i * V, v0);
+      bk_ld16(x + (i + stride) * V, v1);
+      bk_ld16(x + (i + 2 * stride) * V, v2);
+      bk_ld16(x + (i + 3 * stride) * V, v3);
 #pragma unroll
       for (int e = 0; e < V; e++) {
         stats_fold(v0[e], hi, lo, bad);
@@ -182,7 +167,7 @@ stats_kernel(const T *__restrict__ a, int64_t len_a, const T *__restrict__ b, in
     }
     for (; i < nvec; i += stride) {
       T v[V];
-      ld16(x + i * V, v);
+      bk_ld16(x + i * V, v);
 #pragma unroll
       for (int e = 0; e < V; e++) stats_fold(v[e], hi, lo, bad);
     }
@@ -328,10 +313,10 @@ scale_kernel(const T *__restrict__ a, T *__restrict__ a2, int64_t len_a, int64_t
     const int64_t nvec = len / V;
     for (int64_t i = tid; i < nvec; i += stride) {
       T v[V];
-      ld16(src + i * V, v);
+      bk_ld16(src + i * V, v);
 #pragma unroll
       for (int k = 0; k < V; k++) v[k] = pow2_scale(v[k], e, factor);
-      st16(dst + i * V, v);
+      bk_st16(dst + i * V, v);
     }
     done = nvec * V;
   }
@@ -358,14 +343,14 @@ check_kernel(const T *__restrict__ c, int64_t len, scaled_plan<T> *plan) {
     int64_t i = tid;
     for (; i + stride < nvec; i += 2 * stride) {
       T v0[V], v1[V];
-      ld16(c + i * V, v0);
-      ld16(c + (i + stride) * V, v1);
+      bk_ld16(c + i * V, v0);
+      bk_ld16(c + (i + stride) * V, v1);
 #pragma unroll
       for (int e = 0; e < V; e++) bad |= BK_BMM_BAD(v0[e]) | BK_BMM_BAD(v1[e]);
     }
     for (; i < nvec; i += stride) {
       T v[V];
-      ld16(c + i * V, v);
+      bk_ld16(c + i * V, v);
 #pragma unroll
       for (int e = 0; e < V; e++) bad |= BK_BMM_BAD(v[e]);
     }

@@ -60,23 +60,6 @@ typedef struct pad_geom {
   int64_t in[3], q[3], before[3];
 } pad_geom;
 
-/* ---- device helpers --------------------------------------------------------------- */
-
-static __device__ __forceinline__ void ld16(const float *p, float *v) {
-  const float4 t = __ldg(reinterpret_cast<const float4 *>(p));
-  v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
-}
-static __device__ __forceinline__ void ld16(const double *p, double *v) {
-  const double2 t = __ldg(reinterpret_cast<const double2 *>(p));
-  v[0] = t.x; v[1] = t.y;
-}
-static __device__ __forceinline__ void st16(float *p, const float *v) {
-  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-static __device__ __forceinline__ void st16(double *p, const double *v) {
-  *reinterpret_cast<double2 *>(p) = make_double2(v[0], v[1]);
-}
-
 /* ---- kernels ------------------------------------------------------------------------- */
 
 /* Depthwise 1-D convolution (see the file comment). KMAX > 0 keeps the k <=
@@ -113,7 +96,7 @@ depthwise_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__re
       const int64_t f = gs + (int64_t)j * V;
       T v[V];
       if (g.vec_ok && f >= 0 && f + V <= g.x_len) {
-        ld16(x + f, v);
+        bk_ld16(x + f, v);
       } else {
 #pragma unroll
         for (int e = 0; e < V; e++) v[e] = (f + e >= 0 && f + e < g.x_len) ? __ldg(x + f + e) : (T)0;
@@ -125,7 +108,7 @@ depthwise_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__re
         const int64_t pos = f + e - row_base;
         if (pos < 0 || pos >= g.in) v[e] = 0;
       }
-      st16(buf + (int64_t)j * V, v);
+      bk_st16(buf + (int64_t)j * V, v);
     }
     __syncthreads();
 

@@ -157,6 +157,29 @@ static __device__ __forceinline__ void bk_vstore_cs(T *p, const T *r) {
 }
 #endif
 
+#ifdef __CUDACC__
+/* 16 bytes through the read-only data cache, and a plain 16-byte store
+ * (p 16-byte aligned). */
+static __device__ __forceinline__ void bk_ld16(const float *p, float *v) {
+  const float4 t = __ldg(reinterpret_cast<const float4 *>(p));
+  v[0] = t.x;
+  v[1] = t.y;
+  v[2] = t.z;
+  v[3] = t.w;
+}
+static __device__ __forceinline__ void bk_ld16(const double *p, double *v) {
+  const double2 t = __ldg(reinterpret_cast<const double2 *>(p));
+  v[0] = t.x;
+  v[1] = t.y;
+}
+static __device__ __forceinline__ void bk_st16(float *p, const float *v) {
+  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void bk_st16(double *p, const double *v) {
+  *reinterpret_cast<double2 *>(p) = make_double2(v[0], v[1]);
+}
+#endif
+
 #define BK_CUDA_TRY(expr, fn, what)                      \
   do {                                                   \
     bk_status bk_try_st_ = bk__cuda_status((expr), fn, what); \

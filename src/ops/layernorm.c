@@ -10,17 +10,6 @@
 
 #include <math.h>
 
-/* Clears every non-NULL out-parameter first, then reports the first NULL one:
- * a caller passing one NULL slot still gets the others cleared. */
-static bk_status clear_outs(const char *fn, int n, bk_buffer **const *outs,
-                            const char *const *names) {
-  for (int i = 0; i < n; i++)
-    if (outs[i]) *outs[i] = NULL;
-  for (int i = 0; i < n; i++)
-    if (!outs[i]) return bk__fail(BK_ERR_NULL, fn, "%s is NULL", names[i]);
-  return BK_OK;
-}
-
 /* Sizes of a (rows, cols) layer-norm call: both non-negative, cols >= 1 and
  * rows*cols representable. */
 static bk_status check_geometry(const char *fn, int64_t rows, int64_t cols, int64_t *elems) {
@@ -35,7 +24,7 @@ bk_status bk_layernorm_forward(bk_context *ctx, const bk_buffer *x, const bk_buf
                                const bk_buffer *beta, int64_t rows, int64_t cols, double eps,
                                bk_buffer **out, bk_buffer **normalized, bk_buffer **inv_std) {
   static const char fn[] = "bk_layernorm_forward";
-  bk_status st = clear_outs(fn, 3, (bk_buffer **const[]){out, normalized, inv_std},
+  bk_status st = bk__clear_outs(fn, 3, (bk_buffer **const[]){out, normalized, inv_std},
                             (const char *const[]){"out", "normalized", "inv_std"});
   if (st != BK_OK) return st;
   st = bk__check_ptr(fn, "x", x);
@@ -81,7 +70,7 @@ bk_status bk_layernorm_backward(bk_context *ctx, const bk_buffer *dout,
                                 const bk_buffer *gamma, int64_t rows, int64_t cols,
                                 bk_buffer **dx, bk_buffer **dgamma, bk_buffer **dbeta) {
   static const char fn[] = "bk_layernorm_backward";
-  bk_status st = clear_outs(fn, 3, (bk_buffer **const[]){dx, dgamma, dbeta},
+  bk_status st = bk__clear_outs(fn, 3, (bk_buffer **const[]){dx, dgamma, dbeta},
                             (const char *const[]){"dx", "dgamma", "dbeta"});
   if (st != BK_OK) return st;
   st = bk__check_ptr(fn, "dout", dout);

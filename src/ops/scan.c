@@ -9,17 +9,6 @@
  */
 #include "../core/internal.h"
 
-/* Clears every non-NULL out-parameter first, then reports the first NULL one:
- * a caller passing one NULL slot still gets the others cleared. */
-static bk_status clear_outs(const char *fn, int n, bk_buffer **const *outs,
-                            const char *const *names) {
-  for (int i = 0; i < n; i++)
-    if (outs[i]) *outs[i] = NULL;
-  for (int i = 0; i < n; i++)
-    if (!outs[i]) return bk__fail(BK_ERR_NULL, fn, "%s is NULL", names[i]);
-  return BK_OK;
-}
-
 /* Checks the four inputs every scan takes: non-NULL, sizes, lengths.
  * *elems = seq_len*state, *coef = length of A and B. */
 static bk_status check_inputs(const char *fn, const bk_buffer *A, const bk_buffer *B,
@@ -71,7 +60,7 @@ static bk_status backward(const char *fn, bk_context *ctx, const bk_buffer *A,
                           const bk_buffer *out, const bk_buffer *dy, int64_t seq_len,
                           int64_t state, int var, bk_buffer **dA, bk_buffer **dB,
                           bk_buffer **dX, bk_buffer **dh0) {
-  bk_status st = clear_outs(fn, 4, (bk_buffer **const[]){dA, dB, dX, dh0},
+  bk_status st = bk__clear_outs(fn, 4, (bk_buffer **const[]){dA, dB, dX, dh0},
                             (const char *const[]){"dA", "dB", "dX", "dh0"});
   if (st != BK_OK) return st;
   /* NULL inputs are reported in argument order before any size check. */
