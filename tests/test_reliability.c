@@ -15,7 +15,10 @@
 #include <pthread.h>
 
 #define STRESS_THREADS 8
-#define STRESS_ROUNDS 20
+
+/* 20 rounds; 2 under BK_TEST_SMALL (the GPU sanitizer runs, where every
+ * launch is instrumented). */
+static int stress_rounds(void) { return getenv("BK_TEST_SMALL") ? 2 : 20; }
 
 static void alloc_failure_walk(void) {
   int64_t points = 0;
@@ -82,7 +85,7 @@ static void *stress_thread(void *arg) {
   bk_context *ctx = NULL;
   if (bk_context_create(tl_dev, &ctx) != BK_OK) return (void *)1;
   intptr_t bad = 0;
-  for (int round = 0; round < STRESS_ROUNDS; round++) {
+  for (int round = 0; round < stress_rounds(); round++) {
     for (int q = 0; q < PRIM_CASES; q++) {
       int p = (int)((q + id * 7 + round) % PRIM_CASES);
       bk_buffer *o[CASE_MAX_OUT] = {NULL, NULL, NULL, NULL};
@@ -129,7 +132,7 @@ static void determinism_and_threads(void) {
     TL_CHECK(bk__live_buffers() == live0, "buffers leaked: %" PRId64, bk__live_buffers() - live0);
   }
   printf("thread stress: %d threads x %d rounds x %d primitives x 2 dtypes\n", STRESS_THREADS,
-         STRESS_ROUNDS, PRIM_CASES);
+         stress_rounds(), PRIM_CASES);
 }
 
 int main(void) {
