@@ -128,6 +128,9 @@ typedef struct shape {
 static const shape shapes[] = {
     {1, 1, 0, 1e-5},    {3, 7, 0, 1e-5},   {17, 1000, 0, 1e-5}, {64, 33, 0, 0.1},
     {5, 257, 1e4, 0},   {2, 20000, 0, 1e-5}, {300, 130, 0, 1e-5}, {4, 64, 1e3, 1e-5},
+    /* Many rows per block in the CUDA backward's shared-memory column sums
+     * (widths 513..4096), and the register kernel just past them. */
+    {3000, 1024, 0, 1e-5}, {2000, 4096, 0, 1e-5}, {600, 4100, 0, 1e-5}, {1000, 258, 0, 1e-5},
 };
 
 static void random_case(bk_dtype dt, const shape *sh, uint64_t seed) {

@@ -8,10 +8,11 @@
  * float64, pass 2 sums the deviations from that mean and their squares in
  * float64 (the corrected two-pass algorithm: the deviations' sum refines the
  * mean, so the statistics are at least as accurate as a plain two-pass
- * float64 computation), pass 3 writes normalized and out. Elements beyond the cache are streamed and read again
- * (from L2 in practice). For float32 data, pass 3 works in float32 with the
- * mean split into a float pair (hi + lo), so x - mu keeps the accuracy of
- * float64 at the cost of one rounding. Few long rows are split into chunks:
+ * float64 computation), pass 3 writes normalized and out. Elements beyond
+ * the cache are streamed and read again (from L2 in practice). For float32
+ * data, pass 3 works in float32 with the mean split into a float pair
+ * (hi + lo), so x - mu keeps the accuracy of float64 at the cost of one
+ * rounding. Few long rows are split into chunks:
  * each chunk's (count, mean, M2) by its own corrected two passes, merged per
  * row in chunk order with Chan's formula.
  *
@@ -19,7 +20,9 @@
  * block owns a fixed set of rows (grid-stride over a grid sized to the
  * device), computes dx row by row from S1 = sum g and S2 = sum g*normalized,
  * and keeps per-column partial sums of dout*normalized and dout for the
- * columns its threads own. Each block writes its partials to scratch; a
+ * columns its threads own (in shared memory for block-per-row widths up to
+ * 4096 with 16-byte access, so several blocks share a multiprocessor; in
+ * registers otherwise). Each block writes its partials to scratch; a
  * second kernel folds the blocks' partials per column in block order. Wider
  * rows take a tiled path: row sums first, then (row block, column tile)
  * blocks that write dx and per-row-block column partials, folded the same
@@ -39,16 +42,29 @@ static constexpr unsigned LN_FULL_MASK = 0xffffffffu;
  * (fmax would turn a NaN variance into 0). */
 static __device__ __forceinline__ double ln_clamp0(double v) { return v < 0.0 ? 0.0 : v; }
 
-/* vec: elements in 16 bytes; ept: elements of a row cached per thread. */
+/* vec: elements in 16 bytes; ept: elements of a row cached per thread;
+ * sm_threads, sm_minb: the largest block of the backward kernel with column
+ * partials in shared memory and the blocks per multiprocessor it is built
+ * for (sm_threads * ept = LN_SM_COLS, see below). */
 template <typename T> struct ln_traits;
 template <> struct ln_traits<float> {
   static constexpr int vec = 4;
   static constexpr int ept = 16;
+  static constexpr int sm_threads = 256;
+  static constexpr int sm_minb = 3;
 };
 template <> struct ln_traits<double> {
   static constexpr int vec = 2;
   static constexpr int ept = 8;
+  static constexpr int sm_threads = 512;
+  static constexpr int sm_minb = 2;
 };
+
+/* The widest row of that kernel: its column partials take 16 bytes per
+ * column (float32: a Kahan sum and compensation per quantity; float64: a
+ * sum per quantity), 64 KB here, so three blocks share a multiprocessor. */
+static constexpr int64_t LN_SM_COLS = 4096;
+static constexpr int LN_SM_BYTES = (int)(LN_SM_COLS * 16);
 
 struct ln_pair {
   double a, b;
@@ -439,6 +455,142 @@ static __global__ void __launch_bounds__(512)
   }
 }
 
+/* A plain VEC-element store into shared memory (p aligned to the vector). */
+template <int VEC, typename T>
+static __device__ __forceinline__ void ln_vst(T *p, const T *r) {
+  if constexpr (VEC == 1) {
+    *p = r[0];
+  } else {
+    bk_st16(p, r);
+  }
+}
+
+/* Adds v[0..VEC) into the shared-memory column partials at s (and their
+ * Kahan compensations at c for float32; c is unused for float64), with the
+ * arithmetic of ln_acc. */
+template <typename T, int VEC>
+static __device__ __forceinline__ void ln_sacc_add(T *s, T *c, const T *v) {
+  T sv[VEC];
+  bk_vload<VEC>(s, sv);
+  if constexpr (sizeof(T) == 4) {
+    T cv[VEC];
+    bk_vload<VEC>(c, cv);
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) {
+      ln_acc<float> a{sv[e], cv[e]};
+      a.add(v[e]);
+      sv[e] = a.s;
+      cv[e] = a.c;
+    }
+    ln_vst<VEC>(c, cv);
+  } else {
+    (void)c;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) sv[e] += v[e];
+  }
+  ln_vst<VEC>(s, sv);
+}
+
+/*
+ * Fused backward, block per row, for LN_SM_COLS columns at most (blockDim *
+ * EPT >= cols): the same arithmetic as ln_bwd_rows_kernel, but the column
+ * partials live in dynamic shared memory (16 bytes per column) instead of
+ * registers. That halves the registers per thread, so two or three blocks
+ * share a multiprocessor and their row loads overlap each other's block
+ * reductions: more bytes in flight. Layout of the shared memory, indexed by
+ * column: float32 [sum dout*n | comp | sum dout | comp], float64
+ * [sum dout*n | sum dout]. Each thread only touches its own columns in the
+ * row loop (vector q*VEC of chunk i belongs to thread q mod blockDim), so
+ * that loop needs no barrier for them; the zeroing and the final write-out
+ * are separated from it by barriers. Rows r = blockIdx.x + k*gridDim.x, in
+ * increasing order; part is (gridDim.x, 2, cols) as for ln_bwd_rows_kernel.
+ */
+template <typename T, int VEC>
+static __global__ void __launch_bounds__(ln_traits<T>::sm_threads, ln_traits<T>::sm_minb)
+    ln_bwd_smem_kernel(const T *__restrict__ dout, const T *__restrict__ nrm,
+                       const T *__restrict__ inv_std, const T *__restrict__ gamma,
+                       T *__restrict__ dx, double *__restrict__ part, int64_t rows, int64_t cols) {
+  constexpr int EPT = ln_traits<T>::ept;
+  constexpr int NC = EPT / VEC;
+  constexpr int NA = sizeof(T) == 4 ? 2 : 1; /* arrays per quantity */
+  extern __shared__ __align__(16) unsigned char ln_dyn_smem[];
+  __shared__ ln_pair sh[32];
+  T *const gs = reinterpret_cast<T *>(ln_dyn_smem); /* (cols) sums of dout*normalized */
+  T *const gc = gs + (NA - 1) * cols;                /* (cols) their compensations (f32) */
+  T *const bs = gs + NA * cols;                      /* (cols) sums of dout */
+  T *const bc = bs + (NA - 1) * cols;                /* (cols) their compensations (f32) */
+  const int64_t G = (int64_t)blockDim.x;
+  const int64_t g = (int64_t)threadIdx.x;
+  const int64_t nvec = cols / VEC;
+  const T tcols = (T)cols;
+
+  for (int64_t j = g; j < 2 * NA * cols; j += G) gs[j] = (T)0;
+  __syncthreads();
+
+  for (int64_t r = (int64_t)blockIdx.x; r < rows; r += (int64_t)gridDim.x) {
+    const T *dr = dout + r * cols, *nr = nrm + r * cols;
+    T vg[EPT], vn[EPT];
+    /* Every load of the row first, so they are all in flight together. */
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+        bk_vload<VEC>(dr + q * VEC, &vg[i * VEC]);
+        bk_vload<VEC>(nr + q * VEC, &vn[i * VEC]);
+      }
+    }
+    T s1 = (T)0, s2 = (T)0;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+        T gm[VEC], dn[VEC];
+        bk_vload<VEC>(gamma + q * VEC, gm);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) dn[e] = vg[i * VEC + e] * vn[i * VEC + e];
+        ln_sacc_add<T, VEC>(bs + q * VEC, bc + q * VEC, &vg[i * VEC]);
+        ln_sacc_add<T, VEC>(gs + q * VEC, gc + q * VEC, dn);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int k = i * VEC + e;
+          vg[k] *= gm[e]; /* from here on vg holds g = dout * gamma */
+          s1 += vg[k];
+          s2 = fma(vg[k], vn[k], s2);
+        }
+      }
+    }
+    const ln_pair S = ln_allsum<false>(ln_pair{(double)s1, (double)s2}, sh);
+    const double rs = (double)inv_std[r];
+    const T a = (T)(rs / (double)cols), S1 = (T)S.a, S2 = (T)S.b;
+    T *xr = dx + r * cols;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const int64_t q = i * G + g;
+      if (q < nvec) {
+        T o[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const int k = i * VEC + e;
+          o[e] = a * fma(-vn[k], S2, fma(tcols, vg[k], -S1));
+        }
+        bk_vstore_cs<VEC>(xr + q * VEC, o);
+      }
+    }
+  }
+
+  __syncthreads(); /* every thread's columns are final */
+  double *pg = part + (int64_t)blockIdx.x * 2 * cols, *pb = pg + cols;
+  for (int64_t j = g; j < cols; j += G) {
+    if constexpr (sizeof(T) == 4) {
+      pg[j] = (double)gs[j] - (double)gc[j];
+      pb[j] = (double)bs[j] - (double)bc[j];
+    } else {
+      pg[j] = gs[j];
+      pb[j] = bs[j];
+    }
+  }
+}
+
 /* Wide rows, step 1: sums[u] = (sum g, sum g*normalized) over chunk c of row
  * r (unit r*nch + c), g = dout*gamma, accumulated in float64. */
 template <typename T, int VEC>
@@ -528,20 +680,48 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
-/* Folds the nb partial blocks per column in block order. */
+/*
+ * Folds the nb partial blocks in block order: thread u of the 2*cols
+ * sequences (u < cols: dgamma[u], else dbeta[u - cols]) adds part[b][u]
+ * for b = 0, 1, ... into one float64 sum. The loads go in batches of
+ * LN_FOLD_BATCH so that many are in flight; the additions keep their order.
+ */
+static constexpr int LN_FOLD_BATCH = 16;
+static constexpr int LN_FOLD_THREADS = 128;
+
 template <typename T>
-static __global__ void ln_bwd_fold_kernel(const double *__restrict__ part, int64_t nb,
-                                          int64_t cols, T *__restrict__ dgamma,
-                                          T *__restrict__ dbeta) {
-  for (int64_t j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; j < cols;
-       j += (int64_t)gridDim.x * blockDim.x) {
-    double sg = 0.0, sb = 0.0;
-    for (int64_t b = 0; b < nb; ++b) {
-      sg += part[b * 2 * cols + j];
-      sb += part[b * 2 * cols + cols + j];
+static __global__ void __launch_bounds__(LN_FOLD_THREADS)
+    ln_bwd_fold_kernel(const double *__restrict__ part, int64_t nb, int64_t cols,
+                       T *__restrict__ dgamma, T *__restrict__ dbeta) {
+  const int64_t w = 2 * cols;
+  for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < w;
+       u += (int64_t)gridDim.x * blockDim.x) {
+    const double *p = part + u;
+    double s = 0.0;
+    int64_t b = 0;
+    if (nb >= LN_FOLD_BATCH) {
+      /* Software pipelined: batch b + 1 is loaded before batch b is added. */
+      double v[LN_FOLD_BATCH];
+#pragma unroll
+      for (int k = 0; k < LN_FOLD_BATCH; ++k) v[k] = p[k * w];
+      for (b = LN_FOLD_BATCH; b + LN_FOLD_BATCH <= nb; b += LN_FOLD_BATCH) {
+        double t[LN_FOLD_BATCH];
+#pragma unroll
+        for (int k = 0; k < LN_FOLD_BATCH; ++k) t[k] = p[(b + k) * w];
+#pragma unroll
+        for (int k = 0; k < LN_FOLD_BATCH; ++k) {
+          s += v[k];
+          v[k] = t[k];
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < LN_FOLD_BATCH; ++k) s += v[k];
     }
-    dgamma[j] = (T)sg;
-    dbeta[j] = (T)sb;
+    for (; b < nb; ++b) s += p[b * w];
+    if (u < cols)
+      dgamma[u] = (T)s;
+    else
+      dbeta[u - cols] = (T)s;
   }
 }
 
@@ -615,17 +795,35 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
 }
 
 /* Blocks of a grid that stays resident: the occupancy of `kernel` at
- * `threads`, times the multiprocessors, at most `units`. */
+ * `threads` (and `smem` bytes of dynamic shared memory), times the multiprocessors, at most `units`. */
 template <typename K>
-static int64_t ln_resident_blocks(bk_context *ctx, K kernel, int threads, int64_t units) {
+static int64_t ln_resident_blocks(bk_context *ctx, K kernel, int threads, int64_t units,
+                                  size_t smem = 0) {
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0) != cudaSuccess ||
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+          cudaSuccess ||
       per_sm < 1) {
     (void)cudaGetLastError();
     per_sm = 1;
   }
   const int64_t cap = (int64_t)per_sm * bk_cu(ctx)->sm_count;
   return units < cap ? units : cap;
+}
+
+/* Lets `kernel` use LN_SM_BYTES of dynamic shared memory (always the same
+ * value, so concurrent callers agree) and prefer the largest shared-memory
+ * carveout, so that its blocks fit side by side. False when the attribute
+ * cannot be set: the caller then takes the register path. */
+template <typename K> static bool ln_smem_ready(K kernel) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, LN_SM_BYTES) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           (int)cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+    (void)cudaGetLastError(); /* a hint only */
+  return true;
 }
 
 template <typename T, int VEC>
@@ -641,7 +839,25 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
   int64_t nb; /* partial blocks to fold */
   double *part;
 
-  if (cols <= 512 * EPT) {
+  /* Shared-memory column partials for block-per-row widths up to
+   * LN_SM_COLS, 16-byte accesses only (the scalar build of that kernel
+   * spills; unaligned data keeps the register kernel). */
+  bool use_sm = false;
+  if constexpr (VEC == ln_traits<T>::vec)
+    use_sm = cols > 32 * EPT && cols <= LN_SM_COLS && ln_smem_ready(ln_bwd_smem_kernel<T, VEC>);
+  if (use_sm) {
+    if constexpr (VEC == ln_traits<T>::vec) {
+      const int threads = ln_threads(cols, EPT, ln_traits<T>::sm_threads);
+      const size_t smem = (size_t)cols * 16;
+      nb = ln_resident_blocks(ctx, ln_bwd_smem_kernel<T, VEC>, threads, rows, smem);
+      st = bk__cuda_scratch(ctx, (size_t)nb * 2 * (size_t)cols * sizeof(double), &scratch);
+      if (st != BK_OK) return st;
+      part = (double *)scratch;
+      ln_bwd_smem_kernel<T, VEC><<<(unsigned)nb, threads, smem, stream>>>(
+          dout, nrm, inv_std, gamma, dx, part, rows, cols);
+      st = bk__cuda_launched(fn, "ln_bwd_smem_kernel");
+    }
+  } else if (cols <= 512 * EPT) {
     const bool warp = cols <= 32 * EPT;
     const int threads = warp ? 256 : ln_threads(cols, EPT, 512);
     const int64_t units = warp ? (rows + 7) / 8 : rows;
@@ -686,8 +902,9 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
     }
   }
   if (st == BK_OK) {
-    ln_bwd_fold_kernel<T><<<ln_grid((cols + 255) / 256), 256, 0, stream>>>(part, nb, cols, dgamma,
-                                                                           dbeta);
+    ln_bwd_fold_kernel<T>
+        <<<ln_grid((2 * cols + LN_FOLD_THREADS - 1) / LN_FOLD_THREADS), LN_FOLD_THREADS, 0,
+           stream>>>(part, nb, cols, dgamma, dbeta);
     st = bk__cuda_launched(fn, "ln_bwd_fold_kernel");
   }
   bk__cuda_scratch_free(ctx, scratch);

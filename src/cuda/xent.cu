@@ -11,6 +11,10 @@
  *    to cancellation: every difference is taken against a maximum.
  *  - teacher: (mS, sS) for the student, (mT, sT) for the teacher and
  *    u = sum exp(T - mT)*(S - mS); the row's loss is log(SS) - U/ST.
+ * In float32 the states take a batch of elements at a time (the two 16-byte
+ * vectors per operand loaded together): one rescale to the batch maximum,
+ * then the batch's terms summed as a fixed float64 tree, which keeps the
+ * float64 dependency chains short; float64 data adds one element at a time.
  * A row holding a non-finite logit or weight (or, in float64, a magnitude
  * above 1e150, where the rewritten sums could overflow differently) is
  * evaluated literally instead by the same threads, reading it again: max,
@@ -32,6 +36,7 @@
  */
 #include "cuda_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -145,6 +150,20 @@ template <typename T> struct xe_shared {
 };
 
 static __device__ __forceinline__ bool xe_out_of_range(double v) { return !(fabs(v) <= XE_LIM); }
+/* In float32 every finite value is below XE_LIM: the test is !isfinite,
+ * done in float32 (no conversion). */
+static __device__ __forceinline__ bool xe_out_of_range(float v) { return !(fabsf(v) <= FLT_MAX); }
+static __device__ __forceinline__ bool xe_finite(float v) { return fabsf(v) <= FLT_MAX; }
+static __device__ __forceinline__ bool xe_finite(double v) { return fabs(v) <= DBL_MAX; }
+
+/* Sum of K values as a fixed pairwise tree (K a power of two). */
+template <int K> static __device__ __forceinline__ double xe_tree(double *v) {
+#pragma unroll
+  for (int h = K / 2; h > 0; h >>= 1)
+#pragma unroll
+    for (int k = 0; k < h; ++k) v[k] += v[k + h];
+  return v[0];
+}
 
 /* Online (max, sum of exp) over one operand; see softmax.cu. A -inf seen
  * while m is -inf is skipped (it adds exp(-inf - M) = 0 for a finite final
@@ -164,6 +183,37 @@ static __device__ __forceinline__ double xe_rescale(T m, double s, T M) {
   return m == (T)-INFINITY ? s : s * (double)xe_exp(m - M);
 }
 
+/* Online (max, sum of exp) over K values at once, with the result of K
+ * calls of xe_online up to the order of the float64 sum: a batch of finite
+ * values rescales once to its maximum and sums its terms as a tree; a batch
+ * holding a non-finite value takes the per-element path, which defines the
+ * IEEE cases (NaN propagation, +inf maxima). */
+template <typename T, int K>
+static __device__ __forceinline__ void xe_online_batch(T &m, double &s, const T *x) {
+  /* float64 keeps the per-element path: the batch's temporaries spill in
+   * the float64 gradient kernel. */
+  bool fin = sizeof(T) == 4;
+  T lm = x[0];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    fin &= xe_finite(x[k]);
+    lm = xe_fmax(lm, x[k]);
+  }
+  if (fin) {
+    if (lm > m) {
+      s = xe_rescale(m, s, lm);
+      m = lm;
+    }
+    double e[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) e[k] = (double)xe_exp(x[k] - m);
+    s += xe_tree<K>(e);
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) xe_online(m, s, x[k]);
+  }
+}
+
 /* The weighted-mean state of one thread (or chunk), relative to m. */
 template <typename T> struct xe_wm_state {
   T m;
@@ -174,6 +224,8 @@ template <typename T> struct xe_wm_state {
     s = W = A = 0.0;
     bad = false;
   }
+  /* Adds one element (the float64 path: its state leaves no registers for
+   * batches). */
   __device__ __forceinline__ void add(T x, T w) {
     bad |= xe_out_of_range((double)x) || xe_out_of_range((double)w);
     if (x > m) {
@@ -190,6 +242,37 @@ template <typename T> struct xe_wm_state {
     W += (double)w;
     A += (double)w * ((double)x - (double)m);
   }
+  /* Adds K elements at once: one rescale to the batch maximum, then the K
+   * terms as independent float64 pair sums (short dependency chains: the
+   * per-element online update was latency bound). Rows with a non-finite
+   * value are flagged and evaluated literally, so the state of such a row is
+   * never used. */
+  template <int K> __device__ __forceinline__ void add_batch(const T *x, const T *w) {
+    T lm = x[0];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      bad |= xe_out_of_range(x[k]) || xe_out_of_range(w[k]);
+      lm = xe_fmax(lm, x[k]);
+    }
+    if (lm > m) {
+      if (m != (T)-INFINITY) {
+        s *= (double)xe_exp(m - lm);
+        A -= ((double)lm - (double)m) * W;
+      }
+      m = lm;
+    }
+    const double md = (double)m;
+    double es[K], ws[K], as[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      es[k] = (double)xe_exp(x[k] - m);
+      ws[k] = (double)w[k];
+      as[k] = ws[k] * ((double)x[k] - md);
+    }
+    s += xe_tree<K>(es);
+    W += xe_tree<K>(ws);
+    A += xe_tree<K>(as);
+  }
 };
 
 /* The teacher state: student (mS, sS), teacher (mT, sT) and
@@ -203,6 +286,7 @@ template <typename T> struct xe_tl_state {
     sS = sT = u = 0.0;
     bad = false;
   }
+  /* Adds one element pair (the float64 path, as for the weighted mean). */
   __device__ __forceinline__ void add(T s, T t) {
     bad |= xe_out_of_range((double)s) || xe_out_of_range((double)t);
     if (s > mS) {
@@ -228,6 +312,44 @@ template <typename T> struct xe_tl_state {
     sT += e;
     u += e * ((double)s - (double)mS);
   }
+  /* Adds K element pairs at once (see xe_wm_state::add_batch): rescales
+   * to the batch maxima (the two rescales commute: u - d*sT, then times f),
+   * then independent float64 pair sums. */
+  template <int K> __device__ __forceinline__ void add_batch(const T *s, const T *t) {
+    T ls = s[0], lt = t[0];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      bad |= xe_out_of_range(s[k]) || xe_out_of_range(t[k]);
+      ls = xe_fmax(ls, s[k]);
+      lt = xe_fmax(lt, t[k]);
+    }
+    if (ls > mS) {
+      if (mS != (T)-INFINITY) {
+        sS *= (double)xe_exp(mS - ls);
+        u -= ((double)ls - (double)mS) * sT;
+      }
+      mS = ls;
+    }
+    if (lt > mT) {
+      if (mT != (T)-INFINITY) {
+        const double f = (double)xe_exp(mT - lt);
+        sT *= f;
+        u *= f;
+      }
+      mT = lt;
+    }
+    const double md = (double)mS;
+    double es[K], et[K], eu[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      es[k] = (double)xe_exp(s[k] - mS);
+      et[k] = (double)xe_exp(t[k] - mT);
+      eu[k] = et[k] * ((double)s[k] - md);
+    }
+    sS += xe_tree<K>(es);
+    sT += xe_tree<K>(et);
+    u += xe_tree<K>(eu);
+  }
 };
 
 /* Chunk statistics of the split path (and the folded row), relative to the
@@ -247,23 +369,29 @@ template <typename T, int VEC, typename State>
 static __device__ __forceinline__ void xe_stream(State &st, const T *a, const T *b, int64_t q,
                                                  int64_t q1, int64_t G) {
   for (; q + G < q1; q += 2 * G) {
-    T ta[2][VEC], tb[2][VEC];
+    T ta[2 * VEC], tb[2 * VEC];
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-      bk_vload<VEC>(a + (q + k * G) * VEC, ta[k]);
-      bk_vload<VEC>(b + (q + k * G) * VEC, tb[k]);
+      bk_vload<VEC>(a + (q + k * G) * VEC, ta + k * VEC);
+      bk_vload<VEC>(b + (q + k * G) * VEC, tb + k * VEC);
     }
+    if constexpr (sizeof(T) == 8) {
 #pragma unroll
-    for (int k = 0; k < 2; ++k)
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) st.add(ta[k][e], tb[k][e]);
+      for (int e = 0; e < 2 * VEC; ++e) st.add(ta[e], tb[e]);
+    } else {
+      st.template add_batch<2 * VEC>(ta, tb);
+    }
   }
   if (q < q1) {
     T ta[VEC], tb[VEC];
     bk_vload<VEC>(a + q * VEC, ta);
     bk_vload<VEC>(b + q * VEC, tb);
+    if constexpr (sizeof(T) == 8) {
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) st.add(ta[e], tb[e]);
+      for (int e = 0; e < VEC; ++e) st.add(ta[e], tb[e]);
+    } else {
+      st.template add_batch<VEC>(ta, tb);
+    }
   }
 }
 
@@ -514,11 +642,8 @@ static __global__ void __launch_bounds__(256)
         T ta[VEC], tb[VEC];
         bk_vload<VEC>(ar + q * VEC, ta);
         bk_vload<VEC>(br + q * VEC, tb);
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) {
-          xe_online(mS, sS, ta[e]);
-          xe_online(mT, sT, tb[e]);
-        }
+        xe_online_batch<T, VEC>(mS, sS, ta);
+        xe_online_batch<T, VEC>(mT, sT, tb);
       }
       const xe_pair<T> M = xe_allreduce<false>(xe_pair<T>{mS, mT}, xe_max(), sh.m2);
       const xe_pair<double> S = xe_allreduce<false>(
@@ -620,15 +745,35 @@ static __global__ void __launch_bounds__(1024)
     }
     T umS = ninf, umT = ninf;
     double usS = 0.0, usT = 0.0;
-#pragma unroll 2
-    for (int64_t q = unc0; q < nvec; q += G) {
-      T ta[VEC], tb[VEC];
-      bk_vload<VEC>(sr + q * VEC, ta);
-      bk_vload<VEC>(tr + q * VEC, tb);
+    /* float32: two vectors per operand in flight, folded as one batch
+     * each; float64 keeps one vector per step (more spills). */
+    if constexpr (sizeof(T) == 4) {
+      int64_t q = unc0;
+      for (; q + G < nvec; q += 2 * G) {
+        T ta[2 * VEC], tb[2 * VEC];
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        xe_online(umS, usS, ta[e]);
-        xe_online(umT, usT, tb[e]);
+        for (int k = 0; k < 2; ++k) {
+          bk_vload<VEC>(sr + (q + k * G) * VEC, ta + k * VEC);
+          bk_vload<VEC>(tr + (q + k * G) * VEC, tb + k * VEC);
+        }
+        xe_online_batch<T, 2 * VEC>(umS, usS, ta);
+        xe_online_batch<T, 2 * VEC>(umT, usT, tb);
+      }
+      if (q < nvec) {
+        T ta[VEC], tb[VEC];
+        bk_vload<VEC>(sr + q * VEC, ta);
+        bk_vload<VEC>(tr + q * VEC, tb);
+        xe_online_batch<T, VEC>(umS, usS, ta);
+        xe_online_batch<T, VEC>(umT, usT, tb);
+      }
+    } else {
+#pragma unroll 2
+      for (int64_t q = unc0; q < nvec; q += G) {
+        T ta[VEC], tb[VEC];
+        bk_vload<VEC>(sr + q * VEC, ta);
+        bk_vload<VEC>(tr + q * VEC, tb);
+        xe_online_batch<T, VEC>(umS, usS, ta);
+        xe_online_batch<T, VEC>(umT, usT, tb);
       }
     }
     m = xe_max()(m, xe_pair<T>{umS, umT});
