@@ -22,9 +22,10 @@ static bk_status check_matrix(const char *fn, const char *name, const bk_buffer 
   return st;
 }
 
-bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, int64_t rows, int64_t cols,
-                      bk_buffer **out) {
-  static const char fn[] = "bk_rows_sum";
+/* bk_rows_sum and bk_rows_max: one result per row; cols == 0 gives rows
+ * zeros (for the max, the compatibility convention, not -inf). */
+static bk_status row_reduce(const char *fn, bk_context *ctx, const bk_buffer *x, int64_t rows,
+                            int64_t cols, int max, bk_buffer **out) {
   if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
   *out = NULL;
   int64_t elems = 0;
@@ -36,7 +37,8 @@ bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, int64_t rows, int64_t
   if (elems == 0) return bk__new_zeros(&c, rows, out);
   bk_buffer *y = NULL;
   st = bk__new_output(&c, rows, &y);
-  if (st == BK_OK) st = c.be->rows_sum(c.ctx, c.dtype, x->data, y->data, rows, cols);
+  if (st == BK_OK)
+    st = (max ? c.be->rows_max : c.be->rows_sum)(c.ctx, c.dtype, x->data, y->data, rows, cols);
   if (st != BK_OK) {
     bk__drop(&y);
     return st;
@@ -45,28 +47,14 @@ bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, int64_t rows, int64_t
   return BK_OK;
 }
 
+bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, int64_t rows, int64_t cols,
+                      bk_buffer **out) {
+  return row_reduce("bk_rows_sum", ctx, x, rows, cols, 0, out);
+}
+
 bk_status bk_rows_max(bk_context *ctx, const bk_buffer *x, int64_t rows, int64_t cols,
                       bk_buffer **out) {
-  static const char fn[] = "bk_rows_max";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  int64_t elems = 0;
-  bk_status st = check_matrix(fn, "x", x, rows, cols, &elems);
-  if (st != BK_OK) return st;
-  bk_call c;
-  st = bk__bind(&c, fn, ctx, 1, (const bk_buffer *const[]){x}, (const char *const[]){"x"});
-  if (st != BK_OK) return st;
-  /* cols == 0 gives rows zeros (the compatibility convention), not -inf. */
-  if (elems == 0) return bk__new_zeros(&c, rows, out);
-  bk_buffer *y = NULL;
-  st = bk__new_output(&c, rows, &y);
-  if (st == BK_OK) st = c.be->rows_max(c.ctx, c.dtype, x->data, y->data, rows, cols);
-  if (st != BK_OK) {
-    bk__drop(&y);
-    return st;
-  }
-  *out = y;
-  return BK_OK;
+  return row_reduce("bk_rows_max", ctx, x, rows, cols, 1, out);
 }
 
 bk_status bk_rows_first_max_mask(bk_context *ctx, const bk_buffer *x, int64_t rows,
