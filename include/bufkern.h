@@ -178,10 +178,12 @@ BK_API void bk_context_destroy(bk_context *ctx);
 
 /* Makes the context queue its work on a caller's cudaStream_t (NULL selects
  * the context's own non-blocking stream again; cudaStreamLegacy ((void *)1)
- * and cudaStreamPerThread ((void *)2) are accepted). The caller keeps ownership
- * of the stream and must keep it alive while the context and the buffers it
- * made are in use. Returns BK_ERR_NULL (ctx NULL), BK_ERR_UNSUPPORTED on a
- * CPU context. */
+ * and cudaStreamPerThread ((void *)2) are accepted). Synchronizes when the
+ * stream changes: work already queued on the previous stream completes
+ * before the call returns, so later work on the new stream may read its
+ * results. The caller keeps ownership of the stream and must keep it alive
+ * while the context and the buffers it made are in use. Returns BK_ERR_NULL
+ * (ctx NULL), BK_ERR_UNSUPPORTED on a CPU context. */
 BK_API BK_NODISCARD bk_status bk_context_set_stream(bk_context *ctx, void *cuda_stream);
 
 /* Waits until all work queued on the context has completed. Synchronizes.
