@@ -131,6 +131,15 @@ static const shape shapes[] = {
     /* Many rows per block in the CUDA backward's shared-memory column sums
      * (widths 513..4096), and the register kernel just past them. */
     {3000, 1024, 0, 1e-5}, {2000, 4096, 0, 1e-5}, {600, 4100, 0, 1e-5}, {1000, 258, 0, 1e-5},
+    /* The CUDA backward's pipelined kernel (at most 1024 vectors per row): a
+     * partial last warp (516), an odd row count per block (777), float64 at
+     * 1024 threads (2048), and 1030 (float64 pipelined, float32 scalar). */
+    {1000, 516, 0, 1e-5}, {777, 2048, 0, 1e-5}, {401, 1030, 0, 1e-5},
+    /* The CUDA forward's narrow rows (G lanes per row, four rows per
+     * group): full groups (32, 64, 128), idle lanes (12, 96), one lane per
+     * row (4), rows not a multiple of a warp's rows, and a large mean. */
+    {5003, 32, 0, 1e-5}, {3001, 64, 0, 1e-5}, {2000, 128, 0, 1e-5}, {1001, 12, 0, 1e-5},
+    {999, 96, 0, 1e-5},  {777, 4, 0, 1e-5},   {301, 2, 0, 1e-5},    {513, 48, 1e3, 1e-5},
 };
 
 static void random_case(bk_dtype dt, const shape *sh, uint64_t seed) {

@@ -288,6 +288,87 @@ static bk_status call_first_max(const bk_buffer *x, int64_t rows, int64_t cols, 
 
 static void first_max_errors(void) { matrix_errors(call_first_max); }
 
+/* ---- narrow rows (the CUDA lane-group reduction) ------------------------------------ */
+
+/* Widths around the CUDA lane-group kernel's choices (2 to 32 lanes per row
+ * of at most four 16-byte vectors each; partly filled last vectors; the
+ * first width past it; odd widths on the scalar path) and row counts that
+ * leave a warp partly filled. Row 0 is all NaN, row 1 starts with NaN, row 2
+ * is all -inf, row 3 is -0 then +0, row 4 holds its maximum only in its last
+ * entry; the rest mix ties, signed zeros, infinities and NaN. */
+static void rows_narrow(void) {
+  static const int64_t widths[] = {4, 8, 16, 32, 36, 64, 68, 100, 128, 132,
+                                   256, 260, 512, 516, 33, 250};
+  static const int64_t row_counts[] = {5, 37};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+      for (size_t rc = 0; rc < sizeof row_counts / sizeof row_counts[0]; rc++) {
+        const int64_t rows = row_counts[rc], cols = widths[w], n = rows * cols;
+        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+        tl_seed(1200 + 10 * w + rc);
+        fill_tricky(x, n, 1);
+        for (int64_t j = 0; j < cols; j++) {
+          x[j] = NAN;
+          x[cols + j] = j == 0 ? NAN : (double)(j % 5);
+          x[2 * cols + j] = -INFINITY;
+          x[3 * cols + j] = j == 0 ? -0.0 : 0.0;
+          x[4 * cols + j] = j == cols - 1 ? 9 : 1;
+        }
+        bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
+        double *h = held(b);
+        double scale = 1;
+        for (int64_t r = 0; r < rows; r++) {
+          double acc = 0, mag = 0;
+          for (int64_t j = 0; j < cols; j++) {
+            acc += h[r * cols + j];
+            if (isfinite(h[r * cols + j])) mag += fabs(h[r * cols + j]);
+          }
+          ref[r] = acc;
+          if (mag > scale) scale = mag;
+        }
+        if (TL_OK(bk_rows_sum(tl_ctx, b, rows, cols, &y)) == BK_OK) {
+          TL_BUF_CLOSE(y, ref, rows, tl_tol_red(dt), scale);
+          if (TL_OK(bk_rows_sum(tl_ctx, b, rows, cols, &y2)) == BK_OK)
+            TL_CHECK(tl_same_bits(y, y2), "rows_sum is not deterministic");
+        }
+        bk_buffer_release(y);
+        bk_buffer_release(y2);
+        y = y2 = NULL;
+        for (int64_t r = 0; r < rows; r++) {
+          /* The first maximal non-NaN entry, so -0 before +0 gives -0. */
+          double m = -INFINITY;
+          int found = 0;
+          for (int64_t j = 0; j < cols; j++) {
+            const double v = h[r * cols + j];
+            if (v > m || (!found && v == v)) {
+              m = v;
+              found = 1;
+            }
+          }
+          ref[r] = m;
+        }
+        if (TL_OK(bk_rows_max(tl_ctx, b, rows, cols, &y)) == BK_OK) TL_BUF_EXACT(y, ref, rows);
+        bk_buffer_release(y);
+        y = NULL;
+        first_max_ref(h, ref, rows, cols);
+        if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y)) == BK_OK) {
+          TL_BUF_EXACT(y, ref, n);
+          if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y2)) == BK_OK)
+            TL_CHECK(tl_same_bits(y, y2), "first_max_mask is not deterministic");
+        }
+        TL_UNCHANGED(b, h, n);
+        bk_buffer_release(y);
+        bk_buffer_release(y2);
+        bk_buffer_release(b);
+        free(h);
+        free(x);
+        free(ref);
+      }
+    }
+  }
+}
+
 /* ---- bk_rows_topk_mask ------------------------------------------------------------------------ */
 
 /* The literal definition: beaters[i] = #{j : x_j > x_i, or neither is
@@ -669,6 +750,7 @@ int main(void) {
   TL_RUN(first_max_examples);
   TL_RUN(first_max_random);
   TL_RUN(first_max_errors);
+  TL_RUN(rows_narrow);
   TL_RUN(topk_examples);
   TL_RUN(topk_random);
   TL_RUN(topk_small_k);

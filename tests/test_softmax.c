@@ -118,6 +118,19 @@ static void softmax_random(void) {
        * fibres, and the split-row paths for wide last axes. */
       {3, {3, 37, 5}},    {3, {2, 100, 33}}, {3, {4, 17, 2}},  {3, {2, 1024, 256}},
       {3, {1, 1, 40}},    {3, {2, 4000, 9}}, {2, {3, 20000}},  {2, {263, 8193}},
+      /* Narrow rows on the CUDA lane-group kernel: 8/16/32 lanes per row
+       * (32, 64, 128 columns), two vectors per lane (256), idle lanes
+       * (100, 12), one lane per row (4), scalar loads (33, 6). Along axis
+       * 0 the same tensors reach the cp.async tile kernel. */
+      {2, {1000, 32}},    {2, {333, 64}},    {2, {77, 128}},   {2, {50, 256}},
+      {2, {45, 100}},     {2, {37, 12}},     {2, {9, 4}},      {2, {101, 33}},
+      {2, {5, 6}},
+      /* The cp.async tile: 128-byte segments in an 87.5 KB tile, partial
+       * last tiles (20 and 12 of 32/16 columns; 6 of 8 in float64, while
+       * float32 rows of 24 bytes stay on the register-staged load), and a
+       * 96 KB tile of 64-byte segments. */
+      {3, {2, 700, 32}},  {3, {3, 37, 20}},  {3, {2, 5, 12}},  {3, {2, 4, 6}},
+      {3, {2, 1536, 16}},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
@@ -146,6 +159,45 @@ static void softmax_random(void) {
         }
         bk_buffer_release(y);
         bk_buffer_release(y2);
+      }
+      TL_UNCHANGED(b, x, n);
+      bk_buffer_release(b);
+      free(x);
+      free(ref);
+    }
+  }
+}
+
+/* Special values in narrow rows (the lane-group kernel along axis 1) and
+ * in middle-axis tiles (axis 0 of the same data, inner = cols): NaN, +inf,
+ * two +inf, an all -inf row and column, -inf among numbers; the other
+ * fibres must be unaffected. */
+static void softmax_special_fibres(void) {
+  static const int64_t widths[] = {32, 64, 128, 256, 20};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+      const int64_t rows = 40, cols = widths[w], n = rows * cols;
+      int64_t dims[] = {rows, cols};
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(300 + w);
+      for (int64_t i = 0; i < n; i++) x[i] = 3 * tl_randn();
+      x[3 * cols + 5] = NAN;
+      x[7 * cols + 0] = INFINITY;
+      x[20 * cols + 1] = INFINITY;
+      x[20 * cols + cols - 2] = INFINITY;
+      for (int64_t c = 0; c < cols; c++) x[10 * cols + c] = -INFINITY;
+      for (int64_t r = 0; r < rows; r++) x[r * cols + cols - 1] = -INFINITY;
+      for (int64_t c = 0; c < cols; c += 3) x[12 * cols + c] = -INFINITY;
+      x[(rows - 1) * cols + 2] = -INFINITY;
+      tl_round(dt, x, n);
+      bk_buffer *b = tl_buf(dt, x, n);
+      for (int axis = 0; axis < 2; axis++) {
+        softmax_ref(x, ref, dims, 2, axis);
+        bk_buffer *y = NULL;
+        if (TL_OK(bk_softmax(tl_ctx, b, dims, 2, axis, &y)) == BK_OK)
+          TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
+        bk_buffer_release(y);
       }
       TL_UNCHANGED(b, x, n);
       bk_buffer_release(b);
@@ -284,6 +336,7 @@ int main(void) {
   TL_RUN(softmax_examples);
   TL_RUN(softmax_ieee);
   TL_RUN(softmax_random);
+  TL_RUN(softmax_special_fibres);
   TL_RUN(softmax_determinism);
   TL_RUN(softmax_max_rank);
   TL_RUN(softmax_empty);

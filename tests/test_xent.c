@@ -409,6 +409,136 @@ static void teacher_errors(void) {
   bk_buffer_release(b4);
 }
 
+/* ---- wide rows on CUDA (the cluster-cached path) -------------------------------------------- */
+
+/* a * b with 0 * inf = 0, as the contract's cross term. */
+static double mul0(double a, double b) {
+  if ((a == 0.0 && isinf(b)) || (b == 0.0 && isinf(a))) return 0.0;
+  return a * b;
+}
+
+/* The contract's formulas evaluated literally in float64 (as the CPU
+ * backend does), so rows holding infinities or NaN get their IEEE results;
+ * *mag receives the loss scale over the finite rows. */
+static double ref_teacher_literal(const double *S, const double *T, int64_t rows, int64_t cols,
+                                  double *grad, double *mag) {
+  double total = 0, abs_total = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const double *sr = S + r * cols, *tr = T + r * cols;
+    double ms = ref_row_max(sr, cols), mt = ref_row_max(tr, cols), zs = 0, zt = 0, cross = 0;
+    for (int64_t c = 0; c < cols; c++) {
+      zs += exp(sr[c] - ms);
+      zt += exp(tr[c] - mt);
+    }
+    for (int64_t c = 0; c < cols; c++) {
+      double p = exp(tr[c] - mt) / zt;
+      cross += mul0(p, sr[c] - ms);
+      grad[r * cols + c] = (exp(sr[c] - ms) / zs - p) / (double)rows;
+    }
+    double l = log(zs) - cross;
+    total += l;
+    if (isfinite(l)) abs_total += fabs(log(zs)) + fabs(cross);
+  }
+  *mag = abs_total / (double)rows;
+  return total / (double)rows;
+}
+
+/* Special values put into rows 1 and rows-2 of a wide case, at the first,
+ * a middle and the last column (so in the first, a middle and the last
+ * block of a cluster). */
+enum { WIDE_PLAIN, WIDE_MASKED, WIDE_STUDENT_NEG_INF, WIDE_TEACHER_NAN, WIDE_STUDENT_POS_INF,
+       WIDE_TEACHER_ALL_NEG_INF, WIDE_KINDS };
+
+static void wide_case(bk_dtype dt, int64_t rows, int64_t cols, int kind) {
+  const double inf = INFINITY;
+  const int64_t n = rows * cols;
+  double *S = tl_xmalloc((size_t)n * sizeof *S), *T = tl_xmalloc((size_t)n * sizeof *T);
+  double *grad = tl_xmalloc((size_t)n * sizeof *grad);
+  tl_seed(600 + (uint64_t)kind + (uint64_t)cols);
+  for (int64_t i = 0; i < n; i++) {
+    S[i] = 3 * tl_randn();
+    T[i] = 2 * tl_randn();
+  }
+  const int64_t at[3] = {0, cols / 2 + 1, cols - 1};
+  const int64_t special_rows[2] = {1, rows - 2};
+  for (int k = 0; k < 2 && kind != WIDE_PLAIN; k++) {
+    const int64_t r = special_rows[k];
+    if (kind == WIDE_TEACHER_ALL_NEG_INF) {
+      for (int64_t c = 0; c < cols; c++) T[r * cols + c] = -inf;
+      continue;
+    }
+    for (int j = 0; j < 3; j++) {
+      const int64_t i = r * cols + at[j];
+      if (kind == WIDE_MASKED) S[i] = T[i] = -inf;
+      if (kind == WIDE_STUDENT_NEG_INF) S[i] = -inf;
+      if (kind == WIDE_TEACHER_NAN) T[i] = NAN;
+      if (kind == WIDE_STUDENT_POS_INF && j == 1) S[i] = inf;
+    }
+  }
+  tl_round(dt, S, n);
+  tl_round(dt, T, n);
+  double mag, want = ref_teacher_literal(S, T, rows, cols, grad, &mag);
+  bk_buffer *bs = tl_buf(dt, S, n), *bt = tl_buf(dt, T, n);
+  for (int gradient = 0; gradient <= 1; gradient++) {
+    bk_buffer *y = NULL, *y2 = NULL;
+    if (TL_OK(bk_xent_teacher(tl_ctx, bs, bt, rows, cols, gradient, &y)) == BK_OK) {
+      if (gradient) {
+        TL_BUF_CLOSE(y, grad, n, tl_tol_red(dt), 1.0 / (double)rows);
+        if (kind == WIDE_MASKED) {
+          double *g = tl_read(y);
+          for (int j = 0; j < 3; j++) {
+            const double v = g[cols + at[j]];
+            TL_CHECK(v == 0 && !signbit(v), "%s %" PRId64 "x%" PRId64
+                     ": masked gradient entry is %g, expected +0", tl_dtname(dt), rows, cols, v);
+          }
+          free(g);
+        }
+      } else {
+        TL_BUF_CLOSE(y, &want, 1, tl_tol_red(dt), mag);
+      }
+      if (TL_OK(bk_xent_teacher(tl_ctx, bs, bt, rows, cols, gradient, &y2)) == BK_OK)
+        TL_CHECK(tl_same_bits(y, y2), "%s %" PRId64 "x%" PRId64 " kind %d gradient %d: not "
+                 "deterministic", tl_dtname(dt), rows, cols, kind, gradient);
+    }
+    bk_buffer_release(y);
+    bk_buffer_release(y2);
+  }
+  TL_UNCHANGED(bs, S, n);
+  TL_UNCHANGED(bt, T, n);
+  bk_buffer_release(bs);
+  bk_buffer_release(bt);
+  free(S);
+  free(T);
+  free(grad);
+}
+
+/* Shapes that take the CUDA cluster-cached path (rows cached across 2 to
+ * 16 blocks), its exact fit, a tail share, the widest share, and widths
+ * next to them that fall back (an odd width, too wide a share). Large:
+ * run on CUDA only (the CPU backend has no shape-dependent path here). */
+static void teacher_wide(void) {
+  if (tl_dev.kind != BK_DEVICE_CUDA) return;
+  static const int64_t f32_shapes[][2] = {
+      {140, 4100},   /* two blocks, the last share shorter */
+      {40, 32768},   /* eight blocks, exact fit (the PERF width) */
+      {20, 65536},   /* sixteen blocks */
+      {20, 196608},  /* sixteen blocks, the widest share */
+      {8, 196612},   /* too wide a share: register path */
+      {40, 32770},   /* width not a multiple of 4: scalar path */
+  };
+  static const int64_t f64_shapes[][2] = {
+      {140, 2050}, {40, 16384}, {20, 32768}, {20, 98304}, {8, 98306}, {40, 32769},
+  };
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    const int64_t(*shapes)[2] = dt == BK_F32 ? f32_shapes : f64_shapes;
+    for (int s = 0; s < 6; s++) wide_case(dt, shapes[s][0], shapes[s][1], WIDE_PLAIN);
+    /* The special rows on the PERF-like width. */
+    for (int kind = WIDE_MASKED; kind < WIDE_KINDS; kind++)
+      wide_case(dt, shapes[1][0], shapes[1][1], kind);
+  }
+}
+
 /* Every allocation the calls make fails in turn: BK_ERR_OUT_OF_MEMORY, out
  * NULL, no buffer left behind. */
 static void xent_alloc_failures(void) {
@@ -448,6 +578,7 @@ int main(void) {
   TL_RUN(teacher_finite_differences);
   TL_RUN(teacher_empty);
   TL_RUN(teacher_errors);
+  TL_RUN(teacher_wide);
   TL_RUN(xent_alloc_failures);
   return tl_finish();
 }

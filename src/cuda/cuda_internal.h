@@ -198,6 +198,14 @@ bk_status bk__cuda_softmax(bk_context *ctx, bk_dtype dt, const void *x, void *y,
  * bk__cuda_rows_masked_softmax calls it. */
 bk_status bk__cuda_softmax_masked(bk_context *ctx, bk_dtype dt, const void *scores,
                                   const void *mask, void *y, int64_t rows, int64_t cols);
+/* rowcache.cu: the row softmax (plain or hard-masked, mask may be NULL)
+ * with each row cached in shared memory: one block per row, or a
+ * thread-block cluster per row for rows wider than one block's shared
+ * memory. Sets *done = 0 and queues nothing when the shape, alignment or
+ * device does not suit it (the caller then runs its register path). */
+bk_status bk__cuda_softmax_rows_cached(bk_context *ctx, bk_dtype dt, const void *x,
+                                       const void *mask, void *y, int64_t rows, int64_t cols,
+                                       int *done);
 /* xent.cu */
 bk_status bk__cuda_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits,
                                       const void *w, void *y, int64_t rows, int64_t cols);

@@ -2,7 +2,9 @@
  * layernorm.cu — CUDA layer normalization: bk_layernorm_forward and
  * bk_layernorm_backward.
  *
- * Forward: a warp per short row, a block per longer row. Each thread caches
+ * Forward: a group of G lanes per row of at most 32 vectors (several rows
+ * per warp, four rows per group in flight), a warp per short row, a block
+ * per longer row. Each thread caches
  * its share of the row in registers (16-byte loads when the pointers and the
  * row length allow), so a row that fits is read once: pass 1 sums in
  * float64, pass 2 sums the deviations from that mean and their squares in
@@ -22,8 +24,9 @@
  * and keeps per-column partial sums of dout*normalized and dout for the
  * columns its threads own (in shared memory for block-per-row widths up to
  * 4096 with 16-byte access, so several blocks share a multiprocessor; in
- * registers otherwise). Each block writes its partials to scratch; a
- * second kernel folds the blocks' partials per column in block order. Wider
+ * registers otherwise). Each block writes its partials to
+ * scratch; a second kernel folds the blocks' partials per column in fixed
+ * segments of blocks, each in block order, then the segments in order. Wider
  * rows take a tiled path: row sums first, then (row block, column tile)
  * blocks that write dx and per-row-block column partials, folded the same
  * way. float32 column partials use compensated (Kahan) summation, float64
@@ -253,6 +256,83 @@ static __global__ void __launch_bounds__(1024)
       T t[VEC];
       bk_vload<VEC>(xr + q * VEC, t);
       ln_emit<T, VEC>(t, ctr, rstd, gamma, beta, q, nr, orow);
+    }
+  }
+}
+
+/*
+ * Narrow rows (at most 32 vectors): a group of G lanes per row (G a power of
+ * two, nvec <= G), 32/G groups per warp, and R rows per group in flight:
+ * warp iteration it covers rows base .. base + 32/G*R - 1, row
+ * base + i*(32/G) + k for group k and step i, so a warp's loads of one step
+ * are contiguous. Every lane runs every step (rows past the end are
+ * masked), so the butterflies within a group (xor offsets below G stay in
+ * the group) see the full warp. Statistics as in ln_fwd_rows_kernel.
+ */
+template <typename T, int VEC, int G, int R>
+static __global__ void __launch_bounds__(256, 3)
+    ln_fwd_group_kernel(const T *__restrict__ x, const T *__restrict__ gamma,
+                        const T *__restrict__ beta, T *__restrict__ out, T *__restrict__ nrm,
+                        T *__restrict__ inv_std, int64_t rows, int64_t cols, double eps) {
+  constexpr int GPW = 32 / G; /* groups (rows) per warp and step */
+  const int lane = (int)(threadIdx.x & 31), k = lane / G, g = lane % G;
+  const int64_t nvec = cols / VEC;
+  const bool act = g < nvec;
+  const int64_t q = act ? g : 0; /* this lane's vector */
+  const int64_t wid = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  const double dcols = (double)cols;
+  for (int64_t base = wid * (GPW * R); base < rows; base += nwarps * (GPW * R)) {
+    T v[R][VEC];
+    double s[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const int64_t r = base + i * GPW + k;
+      s[i] = 0.0;
+      if (act && r < rows) {
+        bk_vload<VEC>(x + r * cols + q * VEC, v[i]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[i][e] = (T)0;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s[i] += (double)v[i][e];
+#pragma unroll
+      for (int o = G / 2; o > 0; o >>= 1) s[i] += __shfl_xor_sync(LN_FULL_MASK, s[i], o);
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+      const double mu0 = s[i] / dcols;
+      double da = 0.0, db = 0.0;
+      if (act) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const double d = (double)v[i][e] - mu0;
+          da += d;
+          db = fma(d, d, db);
+        }
+      }
+#pragma unroll
+      for (int o = G / 2; o > 0; o >>= 1) {
+        const double ta = __shfl_xor_sync(LN_FULL_MASK, da, o);
+        const double tb = __shfl_xor_sync(LN_FULL_MASK, db, o);
+        da += ta;
+        db += tb;
+      }
+      const double mu = mu0 + da / dcols;
+      const double var = ln_clamp0(db - da * (da / dcols)) / dcols;
+      const double rstd_d = 1.0 / sqrt(var + eps);
+      const int64_t r = base + i * GPW + k;
+      if (r < rows) {
+        if (g == 0) inv_std[r] = (T)rstd_d;
+        if (act) {
+          const ln_center<T> ctr(mu);
+          ln_emit<T, VEC>(v[i], ctr, (T)rstd_d, gamma, beta, q, nrm + r * cols, out + r * cols);
+        }
+      }
     }
   }
 }
@@ -681,47 +761,55 @@ static __global__ void __launch_bounds__(256)
 }
 
 /*
- * Folds the nb partial blocks in block order: thread u of the 2*cols
- * sequences (u < cols: dgamma[u], else dbeta[u - cols]) adds part[b][u]
- * for b = 0, 1, ... into one float64 sum. The loads go in batches of
- * LN_FOLD_BATCH so that many are in flight; the additions keep their order.
+ * Folds the nb partial blocks per column: part is (nb, 2, cols), and each of
+ * the w = 2*cols sequences (u < cols: dgamma[u], else dbeta[u - cols]) is
+ * cut into LN_FOLD_SEGS fixed segments of ceil(nb / LN_FOLD_SEGS) blocks.
+ * Thread (tx, ty) of a block adds segment ty of sequence base + tx in block
+ * order (loads in batches of four so that several are in flight); the
+ * segments' sums are then added in segment order. The grouping depends only
+ * on nb, so the result is reproducible.
  */
-static constexpr int LN_FOLD_BATCH = 16;
-static constexpr int LN_FOLD_THREADS = 128;
+static constexpr int LN_FOLD_COLS = 32;
+static constexpr int LN_FOLD_SEGS = 8;
 
 template <typename T>
-static __global__ void __launch_bounds__(LN_FOLD_THREADS)
+static __global__ void __launch_bounds__(LN_FOLD_COLS *LN_FOLD_SEGS)
     ln_bwd_fold_kernel(const double *__restrict__ part, int64_t nb, int64_t cols,
                        T *__restrict__ dgamma, T *__restrict__ dbeta) {
+  __shared__ double sh[LN_FOLD_SEGS][LN_FOLD_COLS];
   const int64_t w = 2 * cols;
-  for (int64_t u = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; u < w;
-       u += (int64_t)gridDim.x * blockDim.x) {
-    const double *p = part + u;
+  const int64_t len = (nb + LN_FOLD_SEGS - 1) / LN_FOLD_SEGS;
+  const int tx = (int)(threadIdx.x % LN_FOLD_COLS), ty = (int)(threadIdx.x / LN_FOLD_COLS);
+  const int64_t b0 = ty * len, b1 = b0 + len < nb ? b0 + len : nb;
+  for (int64_t base = (int64_t)blockIdx.x * LN_FOLD_COLS; base < w;
+       base += (int64_t)gridDim.x * LN_FOLD_COLS) {
+    const int64_t u = base + tx;
     double s = 0.0;
-    int64_t b = 0;
-    if (nb >= LN_FOLD_BATCH) {
-      /* Software pipelined: batch b + 1 is loaded before batch b is added. */
-      double v[LN_FOLD_BATCH];
-#pragma unroll
-      for (int k = 0; k < LN_FOLD_BATCH; ++k) v[k] = p[k * w];
-      for (b = LN_FOLD_BATCH; b + LN_FOLD_BATCH <= nb; b += LN_FOLD_BATCH) {
-        double t[LN_FOLD_BATCH];
-#pragma unroll
-        for (int k = 0; k < LN_FOLD_BATCH; ++k) t[k] = p[(b + k) * w];
-#pragma unroll
-        for (int k = 0; k < LN_FOLD_BATCH; ++k) {
-          s += v[k];
-          v[k] = t[k];
-        }
+    if (u < w) {
+      const double *p = part + u;
+      int64_t k = b0;
+      for (; k + 4 <= b1; k += 4) {
+        const double v0 = p[k * w], v1 = p[(k + 1) * w], v2 = p[(k + 2) * w],
+                     v3 = p[(k + 3) * w];
+        s += v0;
+        s += v1;
+        s += v2;
+        s += v3;
       }
-#pragma unroll
-      for (int k = 0; k < LN_FOLD_BATCH; ++k) s += v[k];
+      for (; k < b1; ++k) s += p[k * w];
     }
-    for (; b < nb; ++b) s += p[b * w];
-    if (u < cols)
-      dgamma[u] = (T)s;
-    else
-      dbeta[u - cols] = (T)s;
+    __syncthreads(); /* the previous round's readers of sh are done */
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && u < w) {
+      double t = sh[0][tx];
+#pragma unroll
+      for (int k = 1; k < LN_FOLD_SEGS; ++k) t += sh[k][tx];
+      if (u < cols)
+        dgamma[u] = (T)t;
+      else
+        dbeta[u - cols] = (T)t;
+    }
   }
 }
 
@@ -758,6 +846,38 @@ static int ln_threads(int64_t cols, int ept, int cap) {
   return threads;
 }
 
+/* Blocks of a grid that stays resident: the occupancy of `kernel` at
+ * `threads` (and `smem` bytes of dynamic shared memory), times the multiprocessors, at most `units`. */
+template <typename K>
+static int64_t ln_resident_blocks(bk_context *ctx, K kernel, int threads, int64_t units,
+                                  size_t smem = 0) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
+          cudaSuccess ||
+      per_sm < 1) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  const int64_t cap = (int64_t)per_sm * bk_cu(ctx)->sm_count;
+  return units < cap ? units : cap;
+}
+
+/* Rows per group and step of ln_fwd_group_kernel: four rows of 16 bytes in
+ * flight per lane. */
+static constexpr int LN_GROUP_ROWS = 4;
+
+/* Narrow rows: ln_fwd_group_kernel with G lanes per row on a resident grid. */
+template <typename T, int VEC, int G>
+static void ln_fwd_group_launch(bk_context *ctx, const T *x, const T *gamma, const T *beta, T *out,
+                                T *nrm, T *inv_std, int64_t rows, int64_t cols, double eps) {
+  constexpr int rpw = 32 / G * LN_GROUP_ROWS; /* rows per warp and step */
+  const int64_t blocks = ((rows + rpw - 1) / rpw + 7) / 8;
+  const int64_t nb =
+      ln_resident_blocks(ctx, ln_fwd_group_kernel<T, VEC, G, LN_GROUP_ROWS>, 256, blocks);
+  ln_fwd_group_kernel<T, VEC, G, LN_GROUP_ROWS><<<(unsigned)nb, 256, 0, bk_stream(ctx)>>>(
+      x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+}
+
 template <typename T, int VEC>
 static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, const T *gamma,
                                    const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
@@ -784,6 +904,22 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
     bk__cuda_scratch_free(ctx, scratch);
     return st;
   }
+  if (nvec <= 32) {
+    /* Narrow rows: G = nvec rounded up to a power of two lanes per row. */
+    if (nvec <= 1)
+      ln_fwd_group_launch<T, VEC, 1>(ctx, x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+    else if (nvec <= 2)
+      ln_fwd_group_launch<T, VEC, 2>(ctx, x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+    else if (nvec <= 4)
+      ln_fwd_group_launch<T, VEC, 4>(ctx, x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+    else if (nvec <= 8)
+      ln_fwd_group_launch<T, VEC, 8>(ctx, x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+    else if (nvec <= 16)
+      ln_fwd_group_launch<T, VEC, 16>(ctx, x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+    else
+      ln_fwd_group_launch<T, VEC, 32>(ctx, x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+    return bk__cuda_launched(fn, "ln_fwd_group_kernel");
+  }
   if (cols <= 32 * EPT) {
     ln_fwd_rows_kernel<T, VEC, true><<<ln_grid((rows + 7) / 8), 256, 0, stream>>>(
         x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
@@ -794,28 +930,12 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
   return bk__cuda_launched(fn, "ln_fwd_rows_kernel");
 }
 
-/* Blocks of a grid that stays resident: the occupancy of `kernel` at
- * `threads` (and `smem` bytes of dynamic shared memory), times the multiprocessors, at most `units`. */
-template <typename K>
-static int64_t ln_resident_blocks(bk_context *ctx, K kernel, int threads, int64_t units,
-                                  size_t smem = 0) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
-          cudaSuccess ||
-      per_sm < 1) {
-    (void)cudaGetLastError();
-    per_sm = 1;
-  }
-  const int64_t cap = (int64_t)per_sm * bk_cu(ctx)->sm_count;
-  return units < cap ? units : cap;
-}
-
-/* Lets `kernel` use LN_SM_BYTES of dynamic shared memory (always the same
- * value, so concurrent callers agree) and prefer the largest shared-memory
+/* Lets `kernel` use `bytes` of dynamic shared memory (a fixed value per
+ * kernel, so concurrent callers agree) and prefer the largest shared-memory
  * carveout, so that its blocks fit side by side. False when the attribute
- * cannot be set: the caller then takes the register path. */
-template <typename K> static bool ln_smem_ready(K kernel) {
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, LN_SM_BYTES) !=
+ * cannot be set: the caller then takes another path. */
+template <typename K> static bool ln_smem_ready(K kernel, int bytes) {
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
       cudaSuccess) {
     (void)cudaGetLastError();
     return false;
@@ -839,13 +959,15 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
   int64_t nb; /* partial blocks to fold */
   double *part;
 
-  /* Shared-memory column partials for block-per-row widths up to
-   * LN_SM_COLS, 16-byte accesses only (the scalar build of that kernel
-   * spills; unaligned data keeps the register kernel). */
-  bool use_sm = false;
+  /* Block-per-row widths up to LN_SM_COLS with 16-byte access keep their
+   * column partials in shared memory (the scalar build would spill;
+   * unaligned data keeps the register kernel), unless the attribute cannot
+   * be set. */
+  bool smem_partials = false;
   if constexpr (VEC == ln_traits<T>::vec)
-    use_sm = cols > 32 * EPT && cols <= LN_SM_COLS && ln_smem_ready(ln_bwd_smem_kernel<T, VEC>);
-  if (use_sm) {
+    smem_partials = cols > 32 * EPT && cols <= LN_SM_COLS &&
+                    ln_smem_ready(ln_bwd_smem_kernel<T, VEC>, LN_SM_BYTES);
+  if (smem_partials) {
     if constexpr (VEC == ln_traits<T>::vec) {
       const int threads = ln_threads(cols, EPT, ln_traits<T>::sm_threads);
       const size_t smem = (size_t)cols * 16;
@@ -903,7 +1025,7 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
   }
   if (st == BK_OK) {
     ln_bwd_fold_kernel<T>
-        <<<ln_grid((2 * cols + LN_FOLD_THREADS - 1) / LN_FOLD_THREADS), LN_FOLD_THREADS, 0,
+        <<<ln_grid((2 * cols + LN_FOLD_COLS - 1) / LN_FOLD_COLS), LN_FOLD_COLS * LN_FOLD_SEGS, 0,
            stream>>>(part, nb, cols, dgamma, dbeta);
     st = bk__cuda_launched(fn, "ln_bwd_fold_kernel");
   }

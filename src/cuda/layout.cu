@@ -18,8 +18,13 @@
  * of a block load and one warp folds:
  *   - column fold: the innermost output axis is kept contiguous (reducing
  *     leading axes, e.g. (8192, 8192) -> (1, 8192), or bk_sum_axis with
- *     inner > 1): a block owns a 32-column strip, its loads are coalesced row
- *     segments, and lane c of the folding warp adds column c row after row;
+ *     inner > 1): a block owns a strip of 256 bytes of columns (64 float32,
+ *     32 float64), its loads are coalesced row segments, and thread c of the
+ *     folding warps adds column c row after row.
+ *     When there are too few strips to occupy the device, the rows are cut
+ *     into ordered segments (one block each) whose float64 sums a second
+ *     kernel adds in segment order: the one place where the fold is not a
+ *     single sequential chain (the header documents it);
  *   - row fold: only the innermost output axis is reduced (bk_sum_axis with
  *     inner == 1): a block owns 32 contiguous rows, and lane r adds row r
  *     element after element out of a padded tile.
@@ -221,16 +226,16 @@ static __global__ void __launch_bounds__(256)
 }
 
 /* Column fold. The innermost axis (extent C) is kept with input stride 1;
- * every reduced axis is further out. Work item w is (kept outer index,
- * 32-column strip); its nred rows (reduced index order == row-major output
- * order) stream through S stages of RS rows. AL: dout is 16-byte aligned and
+ * every reduced axis is further out. Work item w is (segment, kept outer
+ * index, 256-byte strip of SW columns); the segment's rows (reduced index
+ * order == row-major output order) stream through S stages of RS rows. AL: dout is 16-byte aligned and
  * C is a multiple of a 16-byte chunk, so every row segment is aligned.
  * AFFINE: a single reduced axis, so row r starts at r times its stride. */
 template <typename T, bool AL, bool AFFINE>
 static __global__ void __launch_bounds__(256)
-    fold_cols_kernel(const T *__restrict__ dout, T *__restrict__ din, fold_geom g,
-                     int64_t strips, int64_t items) {
-  constexpr int SW = 32;                          /* columns per strip */
+    fold_cols_kernel(const T *__restrict__ dout, T *__restrict__ din, double *__restrict__ part,
+                     fold_geom g, int64_t strips, int64_t nseg, int64_t seg_rows, int64_t items) {
+  constexpr int SW = 256 / (int)sizeof(T);         /* columns per strip: 256 bytes */
   constexpr int RS = 8192 / (SW * (int)sizeof(T)); /* rows per stage: 8 KB */
   constexpr int S = 5;                            /* stages */
   constexpr int EPC = 16 / (int)sizeof(T);         /* elements per 16-byte chunk */
@@ -240,18 +245,27 @@ static __global__ void __launch_bounds__(256)
   __shared__ __align__(16) T buf[S][RS][SW];
 
   const int tid = threadIdx.x;
-  const int lane = tid & 31;
-  const bool folder = tid < 32;
+  /* The first SW / 32 warps fold: thread c adds column c of the strip. */
+  const int lane = tid;
+  const bool folder = tid < SW;
   const int64_t C = g.kdim[0];
-  const int64_t nred = g.nred;
-  const int64_t nst = (nred + RS - 1) / RS;
 
   for (int64_t w = blockIdx.x; w < items; w += gridDim.x) {
-    const int64_t ko = w / strips;
-    const int64_t col0 = (w - ko * strips) * SW;
+    /* Item w = (segment, kept outer index, strip), segment slowest, so
+     * that blocks running together read neighbouring strips of the same
+     * rows. */
+    const int64_t units = items / nseg;
+    const int64_t seg = w / units;
+    const int64_t ks = w - seg * units;
+    const int64_t ko = ks / strips;
+    const int64_t col0 = (ks - ko * strips) * SW;
     const int ncols = (int)(C - col0 < SW ? C - col0 : SW);
     int64_t base, ioff;
     kept_offsets<1>(g, (uint64_t)ko, &base, &ioff);
+    /* This item folds rows [row0, row0 + nred) of the reduced index. */
+    const int64_t row0 = seg * seg_rows;
+    const int64_t nred = g.nred - row0 < seg_rows ? g.nred - row0 : seg_rows;
+    const int64_t nst = (nred + RS - 1) / RS;
     const T *src = dout + base + col0;
     const int64_t rstride = g.rout[0];
 
@@ -264,8 +278,10 @@ static __global__ void __launch_bounds__(256)
           const int r = q / CPR, c = (q % CPR) * EPC;
           const int64_t row = st * RS + r;
           if (row < nred && c < ncols)
-            cp_async16(&buf[b][r][c],
-                       src + (AFFINE ? row * rstride : red_offset<0>(g, (uint64_t)row)) + c);
+            cp_async16(&buf[b][r][c], src +
+                                          (AFFINE ? (row0 + row) * rstride
+                                                  : red_offset<0>(g, (uint64_t)(row0 + row))) +
+                                          c);
         }
       } else {
 #pragma unroll
@@ -275,7 +291,9 @@ static __global__ void __launch_bounds__(256)
           const int64_t row = st * RS + r;
           if (row < nred && c < ncols)
             cp_async_ca<sizeof(T)>(
-                &buf[b][r][c], src + (AFFINE ? row * rstride : red_offset<0>(g, (uint64_t)row)) + c);
+                &buf[b][r][c],
+                src + (AFFINE ? (row0 + row) * rstride : red_offset<0>(g, (uint64_t)(row0 + row))) +
+                    c);
         }
       }
     };
@@ -304,9 +322,28 @@ static __global__ void __launch_bounds__(256)
         }
       }
     }
-    if (folder && lane < ncols) din[ioff + col0 + lane] = (T)acc;
+    if (folder && lane < ncols) {
+      if (nseg == 1)
+        din[ioff + col0 + lane] = (T)acc;
+      else
+        part[seg * g.nkept + ioff + col0 + lane] = acc;
+    }
     /* The next item's prologue overwrites buffers the folder may still read. */
     __syncthreads();
+  }
+}
+
+/* Second step of a segmented column fold: result i is the sum of its nseg
+ * segment sums, added in segment order in float64 and rounded once. */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+    fold_segments_kernel(const double *__restrict__ part, T *__restrict__ din, int64_t n,
+                         int64_t nseg) {
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+    double acc = -0.0;
+    for (int64_t sg = 0; sg < nseg; sg++) acc += part[sg * n + i];
+    din[i] = (T)acc;
   }
 }
 
@@ -553,6 +590,14 @@ static bk_status launch_broadcast(bk_context *ctx, const char *fn, const T *x, T
   }
 }
 
+/* The segmented column fold (fewer strips than multiprocessors): aim for
+ * this many work items per multiprocessor, with segments of at least
+ * BK_FOLD_MIN_SEGMENT rows and at most BK_FOLD_MAX_SEGMENTS segments per
+ * result. */
+#define BK_FOLD_ITEMS_PER_SM 4
+#define BK_FOLD_MIN_SEGMENT 1024
+#define BK_FOLD_MAX_SEGMENTS 16
+
 /* Results below this count leave enough parallelism to a staged fold even
  * when its strip or tile is only partly used. */
 #define BK_FOLD_FEW_RESULTS 32768
@@ -599,22 +644,56 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
   if (g.nr > 0 && last_kept && stride[n - 1] == 1 && g.nred >= 16 &&
       (dims[n - 1] >= 32 || g.nkept <= BK_FOLD_FEW_RESULTS)) {
     const int64_t C = dims[n - 1];
-    const int64_t strips = (C + 31) / 32;
-    const int64_t items = (g.nkept / C) * strips;
+    const int64_t SW = 256 / (int64_t)sizeof(T);
+    const int64_t strips = (C + SW - 1) / SW;
+    const int64_t units = (g.nkept / C) * strips;
+    /* Fewer strips than multiprocessors leave some idle and the rest with
+     * too few bytes in flight (8192 x 8192 -> 1 x 8192 in float32 is 128
+     * strips of 8192 rows): cut the rows into segments folded separately,
+     * then add the segment sums in order (fold_segments_kernel). */
+    int64_t nseg = 1, seg_rows = g.nred;
+    const int64_t sm = bk_cu(ctx)->sm_count;
+    const int64_t want = BK_FOLD_ITEMS_PER_SM * sm;
+    if (units < sm) {
+      nseg = (want + units - 1) / units;
+      const int64_t most = g.nred / BK_FOLD_MIN_SEGMENT;
+      if (nseg > most) nseg = most;
+      if (nseg > BK_FOLD_MAX_SEGMENTS) nseg = BK_FOLD_MAX_SEGMENTS;
+      if (nseg < 1) nseg = 1;
+      seg_rows = (g.nred + nseg - 1) / nseg;
+      nseg = (g.nred + seg_rows - 1) / seg_rows;
+    }
+    const int64_t items = units * nseg;
     const unsigned grid = (unsigned)(items < INT32_MAX ? items : INT32_MAX);
     const bool aligned = al && C % EPC == 0;
+    void *scratch = NULL;
+    if (nseg > 1) {
+      bk_status st = bk__cuda_scratch(ctx, (size_t)(nseg * g.nkept) * sizeof(double), &scratch);
+      if (st != BK_OK) return st;
+    }
+    double *part = (double *)scratch;
     if (g.nr == 1) {
       if (aligned)
-        fold_cols_kernel<T, true, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+        fold_cols_kernel<T, true, true>
+            <<<grid, 256, 0, s>>>(dout, din, part, g, strips, nseg, seg_rows, items);
       else
-        fold_cols_kernel<T, false, true><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+        fold_cols_kernel<T, false, true>
+            <<<grid, 256, 0, s>>>(dout, din, part, g, strips, nseg, seg_rows, items);
     } else {
       if (aligned)
-        fold_cols_kernel<T, true, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+        fold_cols_kernel<T, true, false>
+            <<<grid, 256, 0, s>>>(dout, din, part, g, strips, nseg, seg_rows, items);
       else
-        fold_cols_kernel<T, false, false><<<grid, 256, 0, s>>>(dout, din, g, strips, items);
+        fold_cols_kernel<T, false, false>
+            <<<grid, 256, 0, s>>>(dout, din, part, g, strips, nseg, seg_rows, items);
     }
-    return bk__cuda_launched(fn, "fold_cols_kernel");
+    bk_status st = bk__cuda_launched(fn, "fold_cols_kernel");
+    if (st == BK_OK && nseg > 1) {
+      fold_segments_kernel<T><<<grid_for(ctx, g.nkept, 256), 256, 0, s>>>(part, din, g.nkept, nseg);
+      st = bk__cuda_launched(fn, "fold_segments_kernel");
+    }
+    if (scratch) bk__cuda_scratch_free(ctx, scratch);
+    return st;
   }
   /* Row fold: only the innermost axis reduced. */
   if (g.nr == 1 && !last_kept &&

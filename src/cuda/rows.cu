@@ -4,10 +4,12 @@
  * the entry of bk_rows_masked_softmax (its kernels are the softmax row
  * engine in softmax.cu).
  *
- * Reductions (sum, max, first max): a warp per row for short rows, a block
- * per row otherwise, 16-byte loads when the pointers and the row length
- * allow, four loads in flight per thread. Few long rows are split into
- * chunks reduced by separate blocks, then folded per row in chunk order.
+ * Reductions (sum, max, first max): rows of at most 128 16-byte vectors in
+ * lane groups (2..32 lanes per row, up to four vectors per lane, all loaded
+ * before use), a warp per row for other short rows, a block per row
+ * otherwise, 16-byte loads when the pointers and the row length allow, four
+ * loads in flight per thread. Few long rows are split into chunks reduced by
+ * separate blocks, then folded per row in chunk order.
  * Sums accumulate in float64 for both dtypes. Max and first max carry
  * (value, index) pairs: NaN entries are never taken, larger values win and
  * equal values go to the lower index. That combination is associative and
@@ -20,19 +22,19 @@
  *    replace and the answer is the lowest index of the maximum over the
  *    non-NaN entries, which is what the pairs give.
  *
- * Top-k (exact compare-and-count semantics): rows of 2, 4, 8 or 16 lanes'
- * worth of four 16-byte vectors (f32 32..256 columns, f64 16..128) with
- * k <= 8 live in registers of a lane group: each lane keeps its best k pairs
- * (bitonic networks), the group merges them by shuffles and every lane keeps
- * its entries that do not come after the k-th best pair (NaN rows: literal
- * count). Other rows of at most a few hundred columns with k <= 8: a thread
- * owns a row staged in shared memory (coalesced in and out) and keeps the k
- * best (value, index) pairs in registers; without NaN, "j beats i" is the
- * strict total order (value descending, index ascending), so entry i is kept
- * iff it is not after the k-th best pair. A row holding NaN is counted
- * literally instead. Any other shape uses a block per (row, tile of entries)
- * that counts beaters over the row in shared-memory tiles, stopping once every
- * entry of the tile has k.
+ * Top-k (exact compare-and-count semantics): rows of 2, 4, 8 or 16 lanes' worth
+ * of four 16-byte vectors (f32 32..256 columns, f64 16..128) with k <= 8 live
+ * in registers of a lane group: each lane keeps its best k pairs (sorted
+ * insertion for float32, bitonic networks for float64), the group merges them
+ * by shuffles and every lane keeps its entries that do not come after the k-th
+ * best pair (NaN rows: literal count). Other rows of at most a few hundred
+ * columns with k <= 8: a thread owns a row staged in shared memory (coalesced
+ * in and out) and keeps the k best (value, index) pairs in registers; without
+ * NaN, "j beats i" is the strict total order (value descending, index
+ * ascending), so entry i is kept iff it is not after the k-th best pair. A row
+ * holding NaN is counted literally instead. Any other shape uses a block per
+ * (row, tile of entries) that counts beaters over the row in shared-memory
+ * tiles, stopping once every entry of the tile has k.
  */
 #include "cuda_internal.h"
 
@@ -257,6 +259,101 @@ static __global__ void __launch_bounds__(256)
     const int64_t q0 = c * clen;
     const int64_t q1 = q0 + clen < nvec ? q0 + clen : nvec;
     rw_write_onehot<T, VEC>(y + r * cols, q0 + threadIdx.x, q1, blockDim.x, sh_idx);
+  }
+}
+
+/*
+ * Narrow rows of nvec <= 4*G 16-byte vectors (G = 2..32 lanes per row, a
+ * power of two): a warp reduces 32/G rows at once. Lane q of a group holds
+ * vectors q, q+G, q+2G, q+3G of its row, all loaded before any is used, so
+ * each warp load reads G*16 contiguous bytes of every row (whole sectors) and
+ * a lane has up to 64 bytes in flight, where a warp per row would leave most
+ * lanes idle. A lane folds its elements in index order with the same Op as
+ * the wide kernels, then the group combines by xor shuffles with offsets
+ * below G (every lane of the warp takes part; rows past the end carry the
+ * identity). SUM and MAX: the group leaders write y[r], consecutive rows of
+ * the warp in one store. FIRST: every lane writes its vectors of the one-hot
+ * row; the leader's first element is x[r, 0] (its NaN test).
+ */
+template <typename T, int VEC, int OP, int G>
+static __global__ void __launch_bounds__(256, 8)
+    rows_group_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int64_t cols) {
+  using Op = rw_op<T, OP>;
+  using A = typename Op::A;
+  constexpr int NV = 4, RPW = 32 / G;
+  const int lane = (int)(threadIdx.x & 31u), q = lane & (G - 1);
+  const int nvec = (int)(cols / VEC);
+  const int64_t units = (rows + RPW - 1) / RPW;
+  const int64_t wpb = (int64_t)(blockDim.x >> 5);
+  const int64_t nwarps = (int64_t)gridDim.x * wpb;
+  for (int64_t u = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5); u < units;
+       u += nwarps) {
+    /* u is uniform across the warp, so every lane reaches every shuffle. */
+    const int64_t r = u * RPW + lane / G;
+    const bool valid = r < rows;
+    const T *xr = x + (valid ? r : 0) * cols;
+    T v[NV][VEC];
+#pragma unroll
+    for (int n = 0; n < NV; ++n) {
+      if (valid && q + G * n < nvec) {
+        bk_vload<VEC>(xr + (int64_t)(q + G * n) * VEC, v[n]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[n][e] = (T)0;
+      }
+    }
+    A a = Op::identity();
+    if constexpr (OP == RW_SUM) {
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        if (valid && q + G * n < nvec) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) Op::add(a, v[n][e], 0);
+        }
+      }
+    } else {
+      /* Op::add with a 32-bit column (bi < 0: the empty pair), fewer registers. */
+      T bv = (T)-INFINITY;
+      int bi = -1;
+#pragma unroll
+      for (int n = 0; n < NV; ++n) {
+        if (valid && q + G * n < nvec) {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const T xv = v[n][e];
+            if (xv > bv || (bi < 0 && xv == xv)) {
+              bv = xv;
+              bi = (q + G * n) * VEC + e;
+            }
+          }
+        }
+      }
+      a.v = bv;
+      a.i = bi < 0 ? RW_NONE : (int64_t)bi;
+    }
+#pragma unroll
+    for (int off = G / 2; off > 0; off >>= 1) a = Op::combine(a, Op::shfl_xor(a, off));
+    if constexpr (OP == RW_SUM) {
+      if (valid && q == 0) y[r] = (T)a;
+    } else if constexpr (OP == RW_MAX) {
+      if (valid && q == 0) y[r] = a.v;
+    } else {
+      const T x0 = __shfl_sync(RW_FULL_MASK, v[0][0], lane - q);
+      /* A row with x[r, 0] not NaN has a non-empty pair, below cols. */
+      const int idx = x0 != x0 ? 0 : (int)a.i;
+      if (valid) {
+        T *yr = y + r * cols;
+#pragma unroll
+        for (int n = 0; n < NV; ++n) {
+          if (q + G * n < nvec) {
+            T o[VEC];
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) o[e] = ((q + G * n) * VEC + e == idx) ? (T)1 : (T)0;
+            bk_vstore_cs<VEC>(yr + (int64_t)(q + G * n) * VEC, o);
+          }
+        }
+      }
+    }
   }
 }
 
@@ -499,7 +596,7 @@ static __device__ __forceinline__ void rw_merge_best(T *v, int *ix, const T *bv,
 }
 
 template <typename T, int K, int G>
-static __global__ void __launch_bounds__(256)
+static __global__ void __launch_bounds__(256, sizeof(T) == 4 && K <= 4 ? 4 : 0)
     topk_group_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int cols) {
   constexpr int VEC = rw_traits<T>::vec, NV = 4, NVAL = NV * VEC, RPW = 32 / G;
   constexpr int KP = K <= 1 ? 1 : K <= 2 ? 2 : K <= 4 ? 4 : 8;
@@ -530,28 +627,59 @@ static __global__ void __launch_bounds__(256)
     for (int e = 0; e < NVAL; ++e) lane_nan = lane_nan || (val[e] != val[e]);
     const bool nan = (__ballot_sync(RW_FULL_MASK, lane_nan) & gmask) != 0u;
 
-    /* The lane's best KP pairs, chunk by chunk (value e is column col(e)). */
+    /* The lane's best KP pairs. float32: its first KP values sorted, then
+     * each later value inserted in turn (fewer instructions than sorting
+     * chunks, which float64 keeps: its lanes hold half as many values). A
+     * lane's columns increase with e, so a later value precedes a kept pair
+     * exactly when it is strictly greater, and the kept values are
+     * non-increasing: the tests c[s] are monotone in s (no NaN; a row with
+     * NaN is counted literally below). */
     T bv[KP];
     int bi[KP];
-#pragma unroll
-    for (int c = 0; c < NVAL / KP; ++c) {
-      T cv[KP];
-      int ci[KP];
+    if constexpr (sizeof(T) == 4) {
 #pragma unroll
       for (int s = 0; s < KP; ++s) {
-        const int e = c * KP + s;
-        cv[s] = val[e];
-        ci[s] = (q + G * (e / VEC)) * VEC + e % VEC;
+        bv[s] = val[s];
+        bi[s] = (q + G * (s / VEC)) * VEC + s % VEC;
       }
-      rw_bitonic_sort<T, KP>(cv, ci);
-      if (c == 0) {
+      rw_bitonic_sort<T, KP>(bv, bi);
+#pragma unroll
+      for (int e = KP; e < NVAL; ++e) {
+        const T v = val[e];
+        const int j = (q + G * (e / VEC)) * VEC + e % VEC;
+        bool c[KP];
+#pragma unroll
+        for (int s = 0; s < KP; ++s) c[s] = v > bv[s];
+#pragma unroll
+        for (int s = KP - 1; s > 0; --s) {
+          bv[s] = c[s - 1] ? bv[s - 1] : (c[s] ? v : bv[s]);
+          bi[s] = c[s - 1] ? bi[s - 1] : (c[s] ? j : bi[s]);
+        }
+        bv[0] = c[0] ? v : bv[0];
+        bi[0] = c[0] ? j : bi[0];
+      }
+    } else {
+      /* float64: chunks of KP sorted, each merged into the list. */
+#pragma unroll
+      for (int c = 0; c < NVAL / KP; ++c) {
+        T cv[KP];
+        int ci[KP];
 #pragma unroll
         for (int s = 0; s < KP; ++s) {
-          bv[s] = cv[s];
-          bi[s] = ci[s];
+          const int e = c * KP + s;
+          cv[s] = val[e];
+          ci[s] = (q + G * (e / VEC)) * VEC + e % VEC;
         }
-      } else {
-        rw_merge_best<T, KP>(bv, bi, cv, ci);
+        rw_bitonic_sort<T, KP>(cv, ci);
+        if (c == 0) {
+#pragma unroll
+          for (int s = 0; s < KP; ++s) {
+            bv[s] = cv[s];
+            bi[s] = ci[s];
+          }
+        } else {
+          rw_merge_best<T, KP>(bv, bi, cv, ci);
+        }
       }
     }
     /* Merge the G lanes' lists of the row (offsets stay inside the group). */
@@ -613,6 +741,18 @@ static bool rw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 /* Chunks of at least this many elements when few long rows are split. */
 static const int64_t RW_MIN_CHUNK = 4096;
 
+/* Narrow rows in lane groups of G: one warp per 32/G rows, eight warps a
+ * block, at most 32 blocks per SM (the warps then loop over the rest). */
+template <typename T, int VEC, int OP, int G>
+static bk_status rows_group_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t rows,
+                                   int64_t cols) {
+  const int64_t units = (rows + 32 / G - 1) / (32 / G);
+  const int64_t cap = 32 * (int64_t)bk_cu(ctx)->sm_count;
+  const int64_t blocks = (units + 7) / 8 < cap ? (units + 7) / 8 : cap;
+  rows_group_kernel<T, VEC, OP, G><<<rw_grid(blocks), 256, 0, bk_stream(ctx)>>>(x, y, rows, cols);
+  return bk__cuda_launched(fn, "rows_group_kernel");
+}
+
 template <typename T, int VEC, int OP>
 static bk_status rows_reduce_launch(bk_context *ctx, const char *fn, const T *x, T *y,
                                     int64_t rows, int64_t cols) {
@@ -647,6 +787,16 @@ static bk_status rows_reduce_launch(bk_context *ctx, const char *fn, const T *x,
     }
     bk__cuda_scratch_free(ctx, scratch);
     return st;
+  }
+  if constexpr (VEC > 1) {
+    /* At most four vectors per lane: the fewest lanes of 2, 4, .., 32 per row. */
+    if (nvec <= 128) {
+      if (nvec <= 8) return rows_group_launch<T, VEC, OP, 2>(ctx, fn, x, y, rows, cols);
+      if (nvec <= 16) return rows_group_launch<T, VEC, OP, 4>(ctx, fn, x, y, rows, cols);
+      if (nvec <= 32) return rows_group_launch<T, VEC, OP, 8>(ctx, fn, x, y, rows, cols);
+      if (nvec <= 64) return rows_group_launch<T, VEC, OP, 16>(ctx, fn, x, y, rows, cols);
+      return rows_group_launch<T, VEC, OP, 32>(ctx, fn, x, y, rows, cols);
+    }
   }
   if (cols <= 1024) {
     rows_reduce_kernel<T, VEC, true, OP>

@@ -277,6 +277,115 @@ static __global__ void __launch_bounds__(1024)
   }
 }
 
+/* ---- kernels: narrow rows (a group of G lanes per row) ----------------------------- */
+
+/* Butterfly over the G lanes of an aligned lane group (G a power of two,
+ * 1..32): xor offsets below G never leave the group, every lane of the
+ * warp takes part, and every lane of a group ends with the same value (one
+ * fixed tree, as in sm_warp_allreduce). */
+template <typename A, typename Op>
+static __device__ __forceinline__ A sm_lanes_allreduce(A v, Op op, int G) {
+  for (int off = 1; off < G; off <<= 1) v = op(v, __shfl_xor_sync(SM_FULL_MASK, v, off));
+  return v;
+}
+
+/*
+ * Softmax of narrow rows (rows, cols), nvec = cols/VEC <= 32*C vectors: G
+ * lanes per row (G = pow2ceil(nvec) capped at 32, C = ceil(nvec/G)), so a
+ * warp holds P = 32/G rows at a time. Lane g of a group owns the vectors
+ * g + i*G (i < C) of its row. Work unit w of a warp is the P*R consecutive
+ * rows [w*P*R, (w+1)*P*R): step k takes rows w*P*R + k*P + (lane/G), so a
+ * warp's loads of one step cover P adjacent rows. All R*C loads (R*C = 8)
+ * are issued before the first is used. Bit
+ * (k*C + i)*VEC + e of `ok` marks an element that is inside the row and,
+ * with MASKED, allowed: only those enter the maximum and the sum, and the
+ * others are written as +0 (a masked row with no allowed entry is all +0).
+ * Same formulas as softmax_rows_kernel: exp in T against the row maximum,
+ * float64 sum, inv = (T)(1/S).
+ */
+/* Rows per lane group in flight in the narrow-row kernel: eight vectors
+ * (128 bytes, or 32 bytes of scalars) per thread. At 68-80 registers three
+ * 256-thread blocks share a multiprocessor: 96 KB of loads in flight. */
+static __host__ __device__ constexpr int sm_narrow_r(int c) { return 8 / c; }
+
+template <typename T, int VEC, int C, bool MASKED>
+static __global__ void __launch_bounds__(256, 3)
+    softmax_rows_narrow_kernel(const T *__restrict__ x, const T *__restrict__ mask,
+                               T *__restrict__ y, int64_t rows, int64_t cols, int G) {
+  constexpr int R = sm_narrow_r(C);
+  static_assert(R * C * VEC <= 32, "the element bits fit in one word");
+  const T ninf = (T)-INFINITY;
+  const int lane = (int)(threadIdx.x & 31);
+  const int g = lane & (G - 1);
+  const int P = 32 / G;
+  const int64_t gi = lane / G;
+  const int64_t nvec = cols / VEC;
+  const int64_t per_unit = (int64_t)P * R;
+  const int64_t units = (rows + per_unit - 1) / per_unit;
+  const int64_t wpb = (int64_t)(blockDim.x >> 5);
+  const int64_t wstep = (int64_t)gridDim.x * wpb;
+  for (int64_t w = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); w < units; w += wstep) {
+    const int64_t r0 = w * per_unit + gi;
+    T v[R][C][VEC];
+    unsigned ok = 0;
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t r = r0 + (int64_t)k * P;
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int64_t q = (int64_t)i * G + g;
+        if (r < rows && q < nvec) {
+          const int64_t off = r * cols + q * VEC;
+          bk_vload<VEC>(x + off, v[k][i]);
+          if constexpr (MASKED) {
+            T mk[VEC];
+            bk_vload<VEC>(mask + off, mk);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e)
+              if (mk[e] != (T)0) ok |= 1u << ((k * C + i) * VEC + e);
+          } else {
+            ok |= ((1u << VEC) - 1u) << ((k * C + i) * VEC);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t r = r0 + (int64_t)k * P;
+      T m = ninf;
+#pragma unroll
+      for (int i = 0; i < C; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          if ((ok >> ((k * C + i) * VEC + e)) & 1u) m = sm_max_op()(m, v[k][i][e]);
+      const T M = sm_lanes_allreduce(m, sm_max_op(), G);
+      double s = 0.0;
+#pragma unroll
+      for (int i = 0; i < C; ++i)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e)
+          if ((ok >> ((k * C + i) * VEC + e)) & 1u) {
+            const T ex = sm_exp(v[k][i][e] - M);
+            v[k][i][e] = ex;
+            s += (double)ex;
+          }
+      const double S = sm_lanes_allreduce(s, sm_sum_op(), G);
+      const T inv = (T)(1.0 / S);
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int64_t q = (int64_t)i * G + g;
+        if (r < rows && q < nvec) {
+          T o[VEC];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e)
+            o[e] = ((ok >> ((k * C + i) * VEC + e)) & 1u) ? v[k][i][e] * inv : (T)0;
+          bk_vstore_cs<VEC>(y + r * cols + q * VEC, o);
+        }
+      }
+    }
+  }
+}
+
 /* ---- kernels: few long rows, split into chunks ------------------------------------- */
 
 /*
@@ -521,24 +630,51 @@ static __global__ void __launch_bounds__(512, 2)
   }
 }
 
+/* 16 bytes from global to shared memory without passing through registers
+ * (cp.async, cached in L2 only); sm_cp_async_wait_all commits the thread's
+ * copies and waits for all of them. Other threads see the data only after a
+ * barrier that follows the wait. */
+static __device__ __forceinline__ void sm_cp_async16(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  const size_t g = __cvta_generic_to_global(gmem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g) : "memory");
+}
+static __device__ __forceinline__ void sm_cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
 /*
  * Softmax along the middle axis with the tile cached in shared memory: unit
  * u is (o, tile) and the block holds all n rows of its ti inner positions
- * (n*ti elements of dynamic shared memory), so the input is read once.
- * Thread t handles inner position c = tile*ti + t%ti and rows
- * j = slot + k*RS (slot = t/ti, RS = blockDim/ti); row j of the tile sits at
- * tile[j*ti + t%ti] = tile[t + k*blockDim], so every thread only touches its
- * own entries and consecutive lanes hit consecutive banks. U loads are
- * issued before they are used to keep bytes in flight.
+ * (n*ti elements of dynamic shared memory, row j of the tile at
+ * tile[j*ti, +ti)), so the input is read once. Thread t handles inner
+ * position c = tile*ti + t%ti and rows j = slot + k*RS (slot = t/ti,
+ * RS = blockDim/ti); its entries sit at tile[j*ti + t%ti] = tile[t + k*B],
+ * so consecutive lanes hit consecutive banks.
+ *
+ * ASYNC (x, y 16-byte aligned, inner*sizeof(T) a multiple of 16, ti at
+ * least 16 bytes): the tile's rows are cut into 16-byte chunks (cpr = ti/VEC
+ * per row, chunk q = row q/cpr, part q%cpr), and the block issues cp.async
+ * copies for every chunk of the tile at once before waiting, so the whole
+ * tile is in flight; chunks past the last inner position (a partial last
+ * tile) are skipped, which never splits a chunk because inner is a multiple
+ * of VEC. The output is written with the same chunks, as 16-byte streaming
+ * stores, each column scaled by its inverse sum from sh_inv.
+ * Otherwise each thread loads its own entries (U loads issued before they
+ * are stored to the tile) and writes its own outputs.
+ * Both variants use the same per-thread row order for the maximum and the
+ * sum, so they give the same bits.
  */
-template <typename T>
+template <typename T, bool ASYNC>
 static __global__ void __launch_bounds__(256)
     softmax_inner_tile_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t outer,
                               int64_t n, int64_t inner, int ti) {
   constexpr int U = 64 / (int)sizeof(T);
+  constexpr int VEC = sm_traits<T>::vec;
   extern __shared__ __align__(16) unsigned char sm_dyn[];
   T *tile = reinterpret_cast<T *>(sm_dyn);
   __shared__ double sh[256];
+  __shared__ T sh_inv[32];
   const T ninf = (T)-INFINITY;
   const int t = (int)threadIdx.x;
   const int B = (int)blockDim.x;
@@ -547,6 +683,11 @@ static __global__ void __launch_bounds__(256)
   const int64_t tiles = (inner + ti - 1) / ti;
   const int64_t units = outer * tiles;
   const int64_t stride = RS * inner;
+  /* ASYNC chunk geometry: cpr = ti/VEC chunks per tile row (a power of
+   * two), n*cpr chunks per tile (at most the tile's bytes / 16). */
+  const int cpr = ASYNC ? ti / VEC : 1;
+  const int cshift = __ffs(cpr) - 1;
+  const int nchunk = ASYNC ? (int)n * cpr : 0;
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int64_t o = u / tiles, tl = u - o * tiles;
     const int64_t c = tl * ti + col;
@@ -556,24 +697,41 @@ static __global__ void __launch_bounds__(256)
     T *yb = y + (ok ? base : 0);
     /* Rows of this thread; at most n, and n*ti fits in shared memory. */
     const int cnt = ok && slot < n ? (int)((n - slot + RS - 1) / RS) : 0;
+    /* Row 0 of the tile in x and y, and the inner positions it still has. */
+    const int64_t t0 = o * n * inner + tl * ti;
+    const int64_t cols_left = inner - tl * ti;
 
     /* Pass 1: global -> shared, thread maximum. */
     T m = ninf;
-    int k = 0;
-    for (; k + U <= cnt; k += U) {
-      T xv[U];
-#pragma unroll
-      for (int e = 0; e < U; ++e) xv[e] = xb[(int64_t)(k + e) * stride];
-#pragma unroll
-      for (int e = 0; e < U; ++e) {
-        tile[t + (k + e) * B] = xv[e];
-        m = sm_max_op()(m, xv[e]);
+    if constexpr (ASYNC) {
+      __syncthreads(); /* the previous unit's readers of the tile are done */
+#pragma unroll 4
+      for (int q = t; q < nchunk; q += B) {
+        const int j = q >> cshift, p = q & (cpr - 1);
+        if ((int64_t)p * VEC < cols_left)
+          sm_cp_async16(tile + (int64_t)q * VEC, x + t0 + (int64_t)j * inner + p * VEC);
       }
-    }
-    for (; k < cnt; ++k) {
-      const T xv = xb[(int64_t)k * stride];
-      tile[t + k * B] = xv;
-      m = sm_max_op()(m, xv);
+      sm_cp_async_wait_all();
+      __syncthreads();
+#pragma unroll 8
+      for (int i = 0; i < cnt; ++i) m = sm_max_op()(m, tile[t + i * B]);
+    } else {
+      int k = 0;
+      for (; k + U <= cnt; k += U) {
+        T xv[U];
+#pragma unroll
+        for (int e = 0; e < U; ++e) xv[e] = xb[(int64_t)(k + e) * stride];
+#pragma unroll
+        for (int e = 0; e < U; ++e) {
+          tile[t + (k + e) * B] = xv[e];
+          m = sm_max_op()(m, xv[e]);
+        }
+      }
+      for (; k < cnt; ++k) {
+        const T xv = xb[(int64_t)k * stride];
+        tile[t + k * B] = xv;
+        m = sm_max_op()(m, xv);
+      }
     }
     const T M = sm_col_allreduce(m, sm_max_op(), ti, sh);
 
@@ -589,8 +747,34 @@ static __global__ void __launch_bounds__(256)
     const T inv = (T)(1.0 / S);
 
     /* Pass 3: write. */
+    if constexpr (ASYNC) {
+      /* Slot 0 holds every column once (t < ti); the barrier also makes
+       * every thread's exponentials visible to the chunk writers. */
+      if (t < ti) sh_inv[t] = inv;
+      __syncthreads();
+#pragma unroll 4
+      for (int q = t; q < nchunk; q += B) {
+        const int j = q >> cshift, p = q & (cpr - 1);
+        if ((int64_t)p * VEC < cols_left) {
+          T v[VEC];
+          if constexpr (VEC == 4) {
+            const float4 w = *reinterpret_cast<const float4 *>(tile + (int64_t)q * VEC);
+            v[0] = w.x * sh_inv[p * VEC];
+            v[1] = w.y * sh_inv[p * VEC + 1];
+            v[2] = w.z * sh_inv[p * VEC + 2];
+            v[3] = w.w * sh_inv[p * VEC + 3];
+          } else {
+            const double2 w = *reinterpret_cast<const double2 *>(tile + (int64_t)q * VEC);
+            v[0] = w.x * sh_inv[p * VEC];
+            v[1] = w.y * sh_inv[p * VEC + 1];
+          }
+          bk_vstore_cs<VEC>(y + t0 + (int64_t)j * inner + p * VEC, v);
+        }
+      }
+    } else {
 #pragma unroll 8
-    for (int i = 0; i < cnt; ++i) __stcs(yb + (int64_t)i * stride, tile[t + i * B] * inv);
+      for (int i = 0; i < cnt; ++i) __stcs(yb + (int64_t)i * stride, tile[t + i * B] * inv);
+    }
   }
 }
 
@@ -613,6 +797,24 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
   cudaStream_t stream = bk_stream(ctx);
   const int64_t sm = bk_cu(ctx)->sm_count;
   const int64_t nvec = cols / VEC;
+
+  if (nvec <= 64) {
+    /* Narrow rows: G lanes per row, C vectors per lane, 32/G rows per
+     * warp, R rows per lane group in flight; 8 warps a block. */
+    int G = 1;
+    while (G < nvec && G < 32) G <<= 1;
+    const int C = nvec > 32 ? 2 : 1;
+    const int64_t per_warp = (int64_t)(32 / G) * sm_narrow_r(C);
+    const int64_t units = (rows + per_warp - 1) / per_warp;
+    const unsigned blocks = sm_grid((units + 7) / 8);
+    if (C == 1)
+      softmax_rows_narrow_kernel<T, VEC, 1, MASKED>
+          <<<blocks, 256, 0, stream>>>(x, mask, y, rows, cols, G);
+    else
+      softmax_rows_narrow_kernel<T, VEC, 2, MASKED>
+          <<<blocks, 256, 0, stream>>>(x, mask, y, rows, cols, G);
+    return bk__cuda_launched(fn, "softmax_rows_narrow_kernel");
+  }
 
   if (rows < 2 * sm && cols >= 2 * SM_MIN_CHUNK) {
     /* Few long rows: enough chunks per row to give every multiprocessor
@@ -659,6 +861,12 @@ template <typename T, bool MASKED>
 static bk_status softmax_rows(bk_context *ctx, const char *fn, const void *x, const void *mask,
                               void *y, int64_t rows, int64_t cols) {
   constexpr int V = sm_traits<T>::vec;
+  /* Rows cached in shared memory (rowcache.cu) take the shapes that suit
+   * them; everything else runs on the register paths below. */
+  int done = 0;
+  const bk_status st = bk__cuda_softmax_rows_cached(ctx, sizeof(T) == 4 ? BK_F32 : BK_F64, x,
+                                                    MASKED ? mask : NULL, y, rows, cols, &done);
+  if (st != BK_OK || done) return st;
   const bool vec = cols % V == 0 && sm_aligned16(x) && sm_aligned16(y) &&
                    (!MASKED || sm_aligned16(mask));
   if (vec)
@@ -676,8 +884,35 @@ static const int64_t SM_TILE_MAX = 96 * 1024;
 /* Preferred tile size: three 64 KB blocks share a multiprocessor. */
 static const int64_t SM_TILE_FAST = 64 * 1024;
 
+/* Queues softmax_inner_tile_kernel<T, ASYNC> on a tile of ti columns. */
+template <typename T, bool ASYNC>
+static bk_status softmax_inner_tile_launch(bk_context *ctx, const char *fn, const void *x,
+                                           void *y, int64_t outer, int64_t n, int64_t inner,
+                                           int ti) {
+  const int64_t bytes = n * ti * (int64_t)sizeof(T);
+  int threads = 64;
+  while (threads < n * ti && threads < 256) threads <<= 1;
+  BK_CUDA_TRY(cudaFuncSetAttribute(softmax_inner_tile_kernel<T, ASYNC>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SM_TILE_MAX),
+              fn, "cudaFuncSetAttribute");
+  BK_CUDA_TRY(cudaFuncSetAttribute(softmax_inner_tile_kernel<T, ASYNC>,
+                                   cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   (int)cudaSharedmemCarveoutMaxShared),
+              fn, "cudaFuncSetAttribute");
+  const int64_t units = outer * ((inner + ti - 1) / ti);
+  softmax_inner_tile_kernel<T, ASYNC>
+      <<<sm_grid(units), threads, (size_t)bytes, bk_stream(ctx)>>>((const T *)x, (T *)y, outer, n,
+                                                                   inner, ti);
+  return bk__cuda_launched(fn, "softmax_inner_tile_kernel");
+}
+
 /* Tile path of softmax_inner: returns BK_OK with *done = false when the
- * fibre tile does not fit in shared memory. */
+ * fibre tile does not fit in shared memory. With 16-byte aligned x and y
+ * and rows of inner*sizeof(T) a multiple of 16 bytes, the tile is loaded
+ * with cp.async and may be up to 96 KB (two blocks per multiprocessor)
+ * while its row segments stay within 128 bytes, else it keeps to 64 KB
+ * (three blocks); otherwise the register-staged load fills tiles of up to
+ * 64 KB. */
 template <typename T>
 static bk_status softmax_inner_tile(bk_context *ctx, const char *fn, const void *x, void *y,
                                     int64_t outer, int64_t n, int64_t inner, bool *done) {
@@ -687,23 +922,19 @@ static bk_status softmax_inner_tile(bk_context *ctx, const char *fn, const void 
   const int tmin = tmax < 8 ? tmax : 8;
   const int64_t esz = (int64_t)sizeof(T);
   if (n > SM_TILE_MAX / (esz * tmin)) return BK_OK;
+  const bool async = sm_aligned16(x) && sm_aligned16(y) && (inner * esz) % 16 == 0 &&
+                     tmin * esz >= 16;
   int ti = tmax;
-  while (ti > tmin && n * ti * esz > SM_TILE_FAST) ti >>= 1;
-  const int64_t bytes = n * ti * esz;
-  int threads = 64;
-  while (threads < n * ti && threads < 256) threads <<= 1;
-  BK_CUDA_TRY(cudaFuncSetAttribute(softmax_inner_tile_kernel<T>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SM_TILE_MAX),
-              fn, "cudaFuncSetAttribute");
-  BK_CUDA_TRY(cudaFuncSetAttribute(softmax_inner_tile_kernel<T>,
-                                   cudaFuncAttributePreferredSharedMemoryCarveout,
-                                   (int)cudaSharedmemCarveoutMaxShared),
-              fn, "cudaFuncSetAttribute");
-  const int64_t units = outer * ((inner + ti - 1) / ti);
-  softmax_inner_tile_kernel<T><<<sm_grid(units), threads, (size_t)bytes, bk_stream(ctx)>>>(
-      (const T *)x, (T *)y, outer, n, inner, ti);
+  if (async) {
+    while (ti > tmin && (n * ti * esz > SM_TILE_MAX ||
+                         (n * ti * esz > SM_TILE_FAST && ti * esz > 128)))
+      ti >>= 1;
+  } else {
+    while (ti > tmin && n * ti * esz > SM_TILE_FAST) ti >>= 1;
+  }
   *done = true;
-  return bk__cuda_launched(fn, "softmax_inner_tile_kernel");
+  if (async) return softmax_inner_tile_launch<T, true>(ctx, fn, x, y, outer, n, inner, ti);
+  return softmax_inner_tile_launch<T, false>(ctx, fn, x, y, outer, n, inner, ti);
 }
 
 template <typename T>

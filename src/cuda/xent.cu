@@ -29,6 +29,15 @@
  * before any output, so it keeps a register cache of both rows (like the
  * softmax row engine) and streams what does not fit.
  *
+ * The teacher loss and gradient over wide rows (the row pair S, T more
+ * than 32 KB, a block's share at most 96 KB, 16-byte aligned) cache each
+ * row across a thread-block cluster of 2 to 16 blocks instead: S and T are
+ * read from memory once, the cluster's maxima and sums are exchanged
+ * through distributed shared memory and folded in rank order, and with the
+ * maxima known every row follows the contract's formulas literally (no
+ * online rescaling, no second read for non-finite rows). When no cluster
+ * of a suitable size can run, the paths below take the call.
+ *
  * Few long rows (fewer than two per multiprocessor) are split into chunks:
  * one kernel writes each chunk's state, then a fold per row (a block per row
  * for the losses, a block per chunk for the gradient) combines the chunks
@@ -42,6 +51,10 @@
 
 #include <type_traits>
 
+#include <cooperative_groups.h>
+
+namespace cg = cooperative_groups;
+
 /* ---- device helpers ---------------------------------------------------------------- */
 
 static constexpr unsigned XE_FULL_MASK = 0xffffffffu;
@@ -53,6 +66,10 @@ template <typename T> struct xe_traits;
 template <> struct xe_traits<float> {
   static constexpr int vec = 4;
   static constexpr int ept = 8; /* gradient: cached elements per thread and operand */
+  /* Cached-row blocks per multiprocessor the registers are cut for (the
+   * cached gradient runs in float32 only): six 32 KB shares fit in shared
+   * memory. */
+  static constexpr int ct_blocks = 6;
 };
 template <> struct xe_traits<double> {
   static constexpr int vec = 2;
@@ -857,6 +874,154 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
+/* ---- kernels: teacher rows cached across a thread-block cluster ------------------------- */
+
+/* Threads of a cached-row block. */
+static constexpr int XE_CT_THREADS = 256;
+
+/* A 16-byte global -> shared copy that holds no registers, and the wait
+ * for all of this thread's copies (cp.async, sm_80 and later). */
+static __device__ __forceinline__ void xe_cp_async16(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  const size_t g = __cvta_generic_to_global(gmem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g) : "memory");
+}
+static __device__ __forceinline__ void xe_cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Lane src's value to every lane of the warp. */
+static __device__ __forceinline__ float xe_bcast(float v, int src) {
+  return __shfl_sync(XE_FULL_MASK, v, src);
+}
+static __device__ __forceinline__ double xe_bcast(double v, int src) {
+  return __shfl_sync(XE_FULL_MASK, v, src);
+}
+template <typename U>
+static __device__ __forceinline__ xe_pair<U> xe_bcast(xe_pair<U> v, int src) {
+  return xe_pair<U>{xe_bcast(v.a, src), xe_bcast(v.b, src)};
+}
+static __device__ __forceinline__ xe_tri xe_bcast(xe_tri v, int src) {
+  return xe_tri{xe_bcast(v.a, src), xe_bcast(v.b, src), xe_bcast(v.c, src)};
+}
+
+/* Folds the cluster's per-block values (each block's *slot, written before
+ * a cluster barrier) in rank order: lane k of every warp reads rank k's
+ * slot through distributed shared memory, then the warp combines lanes
+ * 0, 1, ..., C-1 left to right, so every thread of every block of the
+ * cluster holds the same bits. mine stands in on lanes past the last rank
+ * (never combined). */
+template <typename A, typename Op>
+static __device__ __forceinline__ A xe_cluster_fold(cg::cluster_group &cluster, A *slot, A mine,
+                                                    Op op) {
+  const int lane = (int)(threadIdx.x & 31);
+  const int C = (int)cluster.num_blocks();
+  A x = mine;
+  if (lane < C) x = *cluster.map_shared_rank(slot, (unsigned)lane);
+  A v = xe_bcast(x, 0);
+  for (int k = 1; k < C; ++k) v = op(v, xe_bcast(x, k));
+  return v;
+}
+
+/*
+ * Teacher gradient, one row per cluster of C blocks, rows visited
+ * cluster-stride. Rank k caches the vector range
+ * [k*sl, min(nvec, (k+1)*sl)) of both rows in dynamic shared memory (S at
+ * the front, T behind it: 2*sl 16-byte vectors), every copy of a row issued
+ * before the first wait, so S and T are read from memory exactly once. With
+ * the cluster's maxima known (pass 1, folded in rank order) the exponentials
+ * and float64 sums take no rescaling (pass 2), and the exponentials stay in
+ * the cache, from which the output is written (pass 3).
+ * Each thread touches only the vectors it copied itself, so the cache needs
+ * no barrier of its own.
+ * Every row is evaluated by the contract's formulas (SPEC 3.3, literally:
+ * max, shifted exponentials, the cross term with 0 * inf = 0), so rows with
+ * non-finite values get the literal results without a second read.
+ */
+template <typename T>
+static __global__ void __launch_bounds__(XE_CT_THREADS, xe_traits<T>::ct_blocks)
+    xent_cached_kernel(const T *__restrict__ S, const T *__restrict__ Tt, T *__restrict__ y,
+                       int64_t rows, int64_t cols, int64_t sl) {
+  constexpr int VEC = xe_traits<T>::vec;
+  extern __shared__ __align__(16) unsigned char xe_dyn[];
+  __shared__ xe_shared<T> sh;
+  __shared__ xe_pair<T> slot_m;
+  __shared__ xe_tri slot_s;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int64_t C = (int64_t)cluster.num_blocks();
+  const int64_t rank = (int64_t)cluster.block_rank();
+  T *cs = reinterpret_cast<T *>(xe_dyn); /* (sl, VEC) of S */
+  T *ct = cs + sl * VEC;                 /* (sl, VEC) of T */
+  const int64_t nvec = cols / VEC;
+  const int64_t q0 = rank * sl;
+  const int64_t n = q0 < nvec ? (nvec - q0 < sl ? nvec - q0 : sl) : 0;
+  const int64_t cid = (int64_t)blockIdx.x / C, ncl = (int64_t)gridDim.x / C;
+  const int64_t tid = threadIdx.x, B = blockDim.x;
+  const T ninf = (T)-INFINITY;
+  const double inv_rows = 1.0 / (double)rows;
+  for (int64_t r = cid; r < rows; r += ncl) {
+    const int64_t base = r * cols + q0 * VEC;
+    __syncthreads(); /* the previous row's readers of this block are done */
+    for (int64_t i = tid; i < n; i += B) {
+      xe_cp_async16(cs + i * VEC, S + base + i * VEC);
+      xe_cp_async16(ct + i * VEC, Tt + base + i * VEC);
+    }
+    xe_cp_async_wait_all();
+
+    /* Pass 1: the row maxima (NaN ignored, as fmax does: a NaN then
+     * reaches the sums). */
+    xe_pair<T> m{ninf, ninf};
+    for (int64_t i = tid; i < n; i += B) {
+      T a[VEC], b[VEC];
+      bk_vload<VEC>(cs + i * VEC, a);
+      bk_vload<VEC>(ct + i * VEC, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) m = xe_max()(m, xe_pair<T>{a[e], b[e]});
+    }
+    m = xe_allreduce<false>(m, xe_max(), sh.m2);
+    if (tid == 0) slot_m = m;
+    cluster.sync();
+    const xe_pair<T> M = xe_cluster_fold(cluster, &slot_m, m, xe_max());
+
+    /* Pass 2: sum exp(S - MS) and sum exp(T - MT) in float64; the
+     * exponentials replace the cached values. */
+    double sa = 0.0, sb = 0.0;
+    for (int64_t i = tid; i < n; i += B) {
+      T a[VEC], b[VEC];
+      bk_vload<VEC>(cs + i * VEC, a);
+      bk_vload<VEC>(ct + i * VEC, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const T es = xe_exp(a[e] - M.a), et = xe_exp(b[e] - M.b);
+        sa += (double)es;
+        sb += (double)et;
+        a[e] = es;
+        b[e] = et;
+      }
+      bk_st16(cs + i * VEC, a);
+      bk_st16(ct + i * VEC, b);
+    }
+    const xe_tri v = xe_allreduce<false>(xe_tri{sa, sb, 0.0}, xe_sum(), sh.d3);
+    if (tid == 0) slot_s = v;
+    cluster.sync();
+    const xe_tri Z = xe_cluster_fold(cluster, &slot_s, v, xe_sum());
+
+    /* Pass 3: (exp(S - MS)/ZS - exp(T - MT)/ZT) / rows from the cache. */
+    const T as = (T)(inv_rows / Z.a), at = (T)(inv_rows / Z.b);
+    T *yr = y + base;
+    for (int64_t i = tid; i < n; i += B) {
+      T a[VEC], b[VEC], o[VEC];
+      bk_vload<VEC>(cs + i * VEC, a);
+      bk_vload<VEC>(ct + i * VEC, b);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) o[e] = a[e] * as - b[e] * at;
+      bk_vstore_cs<VEC>(yr + i * VEC, o);
+    }
+  }
+  /* No block leaves while another may still read its slots. */
+  cluster.sync();
+}
+
 /* ---- launchers ---------------------------------------------------------------------------- */
 
 static unsigned xe_grid(int64_t units) {
@@ -887,6 +1052,77 @@ static int xe_block_threads(int64_t nvec) {
   int threads = 64;
   while (threads < nvec / 8 && threads < 512) threads <<= 1;
   return threads;
+}
+
+/* Cached-row path: bytes of S and T a block aims to cache, the most it may
+ * (two blocks per multiprocessor), and the widest cluster. */
+static const int64_t XE_CT_TARGET = 32 * 1024;
+static const int64_t XE_CT_MAX = 96 * 1024;
+static const int64_t XE_CT_MAX_CLUSTER = 16;
+
+/*
+ * The teacher loss or gradient with each row cached across a cluster
+ * (xent_cached_kernel). The cluster size C is the smallest power of two
+ * that keeps a block's share of the row pair within XE_CT_TARGET (at most
+ * 16); rows that need one block only (C < 2: the register paths read them
+ * once), rows whose share would exceed XE_CT_MAX, and shapes too small to
+ * give two blocks per multiprocessor take the other paths. When a
+ * configuration cannot run on the device (no cluster of that size fits,
+ * e.g. the non-portable 16) the next smaller C is tried while its share
+ * fits; if none launches, *done stays 0 and nothing is queued. Requires
+ * 16-byte aligned pointers and cols a multiple of the vector width.
+ */
+template <typename T>
+static bk_status xent_cached_launch(bk_context *ctx, const char *fn, const T *S, const T *Tt,
+                                    T *y, int64_t rows, int64_t cols, int *done) {
+  constexpr int VEC = xe_traits<T>::vec;
+  *done = 0;
+  const int64_t sm = bk_cu(ctx)->sm_count;
+  const int64_t nvec = cols / VEC;
+  const int64_t pair_bytes = 2 * nvec * 16;
+  int64_t C = 1;
+  while (C < XE_CT_MAX_CLUSTER && C * XE_CT_TARGET < pair_bytes) C <<= 1;
+  if (C < 2 || rows * C < 2 * sm || 2 * ((nvec + C - 1) / C) * 16 > XE_CT_MAX) return BK_OK;
+  /* Rows per cluster stay few: as many clusters as rows, at most 32 per
+   * multiprocessor. */
+  const int64_t ncl = rows < 32 * sm ? rows : 32 * sm;
+  auto kern = xent_cached_kernel<T>;
+  /* The dynamic limit is always set to the same value, so concurrent
+   * callers never see each other's setting. */
+  cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)XE_CT_MAX);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  for (; err == cudaSuccess && C >= 2; C >>= 1) {
+    const int64_t sl = (nvec + C - 1) / C;
+    const int64_t bytes = 2 * sl * 16;
+    if (bytes > XE_CT_MAX) break;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)C;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(ncl * C), 1, 1);
+    cfg.blockDim = dim3(XE_CT_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = (size_t)bytes;
+    cfg.stream = bk_stream(ctx);
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int active = 0;
+    if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) {
+      (void)cudaGetLastError(); /* this size cannot run here: not an error of the call */
+      continue;
+    }
+    if (cudaLaunchKernelEx(&cfg, kern, S, Tt, y, rows, cols, sl) != cudaSuccess) {
+      (void)cudaGetLastError();
+      continue;
+    }
+    *done = 1;
+    break;
+  }
+  if (err != cudaSuccess) (void)cudaGetLastError();
+  return *done ? bk__cuda_launched(fn, "xent_cached_kernel") : BK_OK;
 }
 
 template <typename T, int VEC, int KIND>
@@ -995,6 +1231,15 @@ static bk_status xent_dispatch(bk_context *ctx, const char *fn, const void *a, c
                    (KIND != XE_TGRAD || xe_aligned16(y));
   const T *pa = (const T *)a, *pb = (const T *)b;
   T *py = (T *)y;
+  /* The cluster-cached kernel serves the float32 gradient; for the losses
+   * and in float64 it measured slower than the register paths. */
+  if constexpr (KIND == XE_TGRAD && sizeof(T) == 4) {
+    if (vec) {
+      int done = 0;
+      const bk_status st = xent_cached_launch<T>(ctx, fn, pa, pb, py, rows, cols, &done);
+      if (st != BK_OK || done) return st;
+    }
+  }
   if constexpr (KIND == XE_TGRAD) {
     if (vec) return xent_grad_launch<T, V>(ctx, fn, pa, pb, py, rows, cols);
     return xent_grad_launch<T, 1>(ctx, fn, pa, pb, py, rows, cols);
