@@ -131,15 +131,27 @@ static const shape shapes[] = {
     /* Many rows per block in the CUDA backward's shared-memory column sums
      * (widths 513..4096), and the register kernel just past them. */
     {3000, 1024, 0, 1e-5}, {2000, 4096, 0, 1e-5}, {600, 4100, 0, 1e-5}, {1000, 258, 0, 1e-5},
-    /* The CUDA backward's pipelined kernel (at most 1024 vectors per row): a
-     * partial last warp (516), an odd row count per block (777), float64 at
-     * 1024 threads (2048), and 1030 (float64 pipelined, float32 scalar). */
+    /* More CUDA backward widths: threads with fewer vectors than others
+     * (516), an odd row count per block (777), float64 at 2048, and 1030
+     * (float64 16-byte access, float32 scalar). */
     {1000, 516, 0, 1e-5}, {777, 2048, 0, 1e-5}, {401, 1030, 0, 1e-5},
     /* The CUDA forward's narrow rows (G lanes per row, four rows per
      * group): full groups (32, 64, 128), idle lanes (12, 96), one lane per
      * row (4), rows not a multiple of a warp's rows, and a large mean. */
     {5003, 32, 0, 1e-5}, {3001, 64, 0, 1e-5}, {2000, 128, 0, 1e-5}, {1001, 12, 0, 1e-5},
     {999, 96, 0, 1e-5},  {777, 4, 0, 1e-5},   {301, 2, 0, 1e-5},    {513, 48, 1e3, 1e-5},
+    /* The CUDA forward's wide rows read once through shared memory (f32 >
+     * 8192 columns, f64 > 4096, 16-byte access): clusters of 4..16 CTAs per
+     * row (few rows), a shorter last slice (20004, 10002), a large mean,
+     * float64 slices of 128 KB (262144), f32 10002 on the scalar path, and a
+     * block per row with a tail vector (270 x 8196 f32; f64 clusters of 2). */
+    {3, 16384, 1e3, 1e-5}, {5, 20004, 0, 1e-5}, {2, 65536, 0, 1e-5}, {2, 262144, 0, 1e-5},
+    {3, 8192, 0, 1e-5},    {5, 10002, 0, 1e-5}, {2, 32768, 0, 1e-5}, {2, 131072, 1e2, 1e-5},
+    {270, 8196, 0, 1e-5},
+    /* The CUDA backward's shared-memory kernel: rows not a multiple of the
+     * grid (blocks with one row more than others), one row per block, and
+     * threads with unequal vector counts. */
+    {1001, 4096, 0, 1e-5}, {3, 4096, 0, 1e-5},   {1001, 516, 0, 1e-5},
 };
 
 static void random_case(bk_dtype dt, const shape *sh, uint64_t seed) {
@@ -241,6 +253,49 @@ static void random_cases(void) {
   for (int d = 0; d < TL_DTYPES; d++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       random_case(tl_dtypes[d], &shapes[s], 100 + s);
+}
+
+/* Wide rows holding NaN (row 0, in a late slice) or +inf (row 2) give NaN
+ * statistics and outputs for that row only; row 1 is unaffected. */
+static void wide_nonfinite(void) {
+  const int64_t rows = 3, cols = 16384, n = rows * cols;
+  double *x = tl_xmalloc((size_t)n * sizeof *x), *gamma = tl_xmalloc((size_t)cols * sizeof *gamma);
+  double *beta = tl_xmalloc((size_t)cols * sizeof *beta);
+  double *rout = tl_xmalloc((size_t)n * sizeof *rout), *rn = tl_xmalloc((size_t)n * sizeof *rn);
+  double *rs = tl_xmalloc((size_t)rows * sizeof *rs);
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    tl_seed(900 + d);
+    tl_fill_randn(x, n);
+    tl_fill_uniform(gamma, cols, 0.5, 1.5);
+    tl_fill_uniform(beta, cols, -0.5, 0.5);
+    x[12345] = NAN;
+    x[2 * cols + 100] = INFINITY;
+    tl_round(dt, x, n);
+    tl_round(dt, gamma, cols);
+    tl_round(dt, beta, cols);
+    ref_forward(x, gamma, beta, rows, cols, 1e-5, rout, rn, rs);
+    bk_buffer *bx = tl_buf(dt, x, n), *bg = tl_buf(dt, gamma, cols), *bb = tl_buf(dt, beta, cols);
+    bk_buffer *y = NULL, *nr = NULL, *s = NULL;
+    if (TL_OK(bk_layernorm_forward(tl_ctx, bx, bg, bb, rows, cols, 1e-5, &y, &nr, &s)) == BK_OK) {
+      TL_BUF_CLOSE(y, rout, n, tl_tol_red(dt), 2.0 + tl_absmax(rn, n, 1.0) * 1.5);
+      TL_BUF_CLOSE(nr, rn, n, tl_tol_red(dt), tl_absmax(rn, n, 1.0));
+      TL_BUF_CLOSE(s, rs, rows, tl_tol_red(dt), tl_absmax(rs, rows, 1.0));
+    }
+    TL_UNCHANGED(bx, x, n);
+    bk_buffer_release(y);
+    bk_buffer_release(nr);
+    bk_buffer_release(s);
+    bk_buffer_release(bx);
+    bk_buffer_release(bg);
+    bk_buffer_release(bb);
+  }
+  free(x);
+  free(gamma);
+  free(beta);
+  free(rout);
+  free(rn);
+  free(rs);
 }
 
 /* ---- finite differences (float64) ----------------------------------------------------------- */
@@ -547,6 +602,7 @@ int main(void) {
   if (!tl_init()) return 0;
   TL_RUN(examples);
   TL_RUN(random_cases);
+  TL_RUN(wide_nonfinite);
   TL_RUN(finite_differences);
   TL_RUN(empty);
   TL_RUN(eps_zero);

@@ -14,7 +14,11 @@
  * the cache are streamed and read again (from L2 in practice). For float32
  * data, pass 3 works in float32 with the mean split into a float pair
  * (hi + lo), so x - mu keeps the accuracy of float64 at the cost of one
- * rounding. Few long rows are split into chunks:
+ * rounding. Wide rows with 16-byte access (f32 > 8192 columns, f64 > 4096)
+ * are instead copied once into shared memory with cp.async, a block per row
+ * or a thread-block cluster per row with each CTA caching a slice; the same
+ * statistics, with the CTAs' sums folded in rank order through distributed
+ * shared memory. Otherwise few long rows are split into chunks:
  * each chunk's (count, mean, M2) by its own corrected two passes, merged per
  * row in chunk order with Chan's formula.
  *
@@ -33,9 +37,13 @@
  * plain sums; every order is fixed, so results are bitwise reproducible.
  */
 #include "cuda_internal.h"
+#include "rowcache.cuh"
 
+#include <cooperative_groups.h>
 #include <math.h>
 #include <stdint.h>
+
+namespace cg = cooperative_groups;
 
 /* ---- device helpers ------------------------------------------------------------------- */
 
@@ -138,6 +146,15 @@ template <> struct ln_acc<double> {
   __device__ __forceinline__ void add(double v) { s += v; }
   __device__ __forceinline__ double value() const { return s; }
 };
+
+/* float64 addition as a functor, for the cluster folds. */
+struct ln_dadd_op {
+  __device__ __forceinline__ double operator()(double a, double b) const { return a + b; }
+};
+
+/* Largest CTA of ln_fwd_wide_kernel; __launch_bounds__ asks for four such
+ * CTAs per multiprocessor (at most 64 registers a thread). */
+static constexpr int LN_WIDE_THREADS = 256;
 
 /* Row (or chunk) statistics merged with Chan's formula. */
 struct ln_stat {
@@ -415,6 +432,125 @@ static __global__ void __launch_bounds__(256)
       ln_emit<T, VEC>(t, ctr, rstd, gamma, beta, q, nr, orow);
     }
   }
+}
+
+/*
+ * Wide rows with 16-byte access (f32 > 8192 columns, f64 > 4096): each row
+ * (CL false) or each slice of a row (CL true: a cluster of C CTAs per row;
+ * the CTA of rank k caches the vectors [k*clen, min(nv, (k+1)*clen)) of the
+ * row's nv = cols/VEC vectors) is copied once into dynamic shared memory
+ * with cp.async, every copy issued before any wait, so x is read from
+ * device memory exactly once. Thread t owns the local vectors t, t+B, ...
+ * in every pass (it copies, reads and uses only those), so its own wait is
+ * enough before it reads them. The statistics are ln_fwd_rows_kernel's
+ * (pass 1 float64 sum -> mu0; pass 2 float64 sums of d = x - mu0 and d*d;
+ * mu, var and rstd by the same formulas), with the per-CTA block sums folded
+ * across the cluster through distributed shared memory in rank order, so
+ * every CTA of the cluster gets bit-identical statistics. Pass 3 writes
+ * normalized and out with streaming stores (ln_emit).
+ */
+template <typename T, bool CL>
+static __global__ void __launch_bounds__(LN_WIDE_THREADS, 4)
+    ln_fwd_wide_kernel(const T *__restrict__ x, const T *__restrict__ gamma,
+                       const T *__restrict__ beta, T *__restrict__ out, T *__restrict__ nrm,
+                       T *__restrict__ inv_std, int64_t rows, int64_t cols, int clen,
+                       double eps) {
+  constexpr int VEC = ln_traits<T>::vec;
+  extern __shared__ __align__(16) unsigned char ln_dyn[];
+  T *row = reinterpret_cast<T *>(ln_dyn); /* (clen * VEC) this CTA's slice */
+  __shared__ double sh[32];
+  __shared__ ln_pair sh2[32];
+  /* This CTA's block sums, read by the whole cluster through DSMEM. */
+  __shared__ double cl_s, cl_da, cl_db;
+
+  const int B = (int)blockDim.x, t = (int)threadIdx.x;
+  int C = 1, rank = 0;
+  int64_t first = blockIdx.x, step = gridDim.x;
+  if constexpr (CL) {
+    const cg::cluster_group cl = cg::this_cluster();
+    C = (int)cl.num_blocks();
+    rank = (int)cl.block_rank();
+    first = (int64_t)(blockIdx.x / (unsigned)C);
+    step = (int64_t)(gridDim.x / (unsigned)C);
+  }
+  const int64_t nv = cols / VEC;
+  const int64_t q0 = (int64_t)rank * clen < nv ? (int64_t)rank * clen : nv;
+  const int len = (int)(nv - q0 < clen ? nv - q0 : clen); /* vectors in this CTA's slice */
+  const double dcols = (double)cols;
+
+  for (int64_t r = first; r < rows; r += step) {
+    const T *xs = x + r * cols + q0 * VEC;
+
+    /* Load: the whole slice in flight, then this thread's copies landed. */
+    __syncthreads(); /* the previous row's readers of the cache are done */
+    for (int q = t; q < len; q += B) rc_cp_async16(row + q * VEC, xs + (int64_t)q * VEC);
+    rc_cp_async_commit();
+    rc_cp_async_wait_all();
+
+    /* Pass 1: float64 sum, then the first mean. */
+    double s = 0.0;
+#pragma unroll 4
+    for (int q = t; q < len; q += B) {
+      T v[VEC];
+      rc_lds16(row + q * VEC, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) s += (double)v[e];
+    }
+    s = ln_allsum<false>(s, sh);
+    if constexpr (CL) {
+      /* cl_s of the previous row was last read before that row's second
+       * cluster barrier, which every CTA has passed. */
+      const cg::cluster_group cl = cg::this_cluster();
+      if (t == 0) cl_s = s;
+      cl.sync();
+      s = rc_cluster_fold(cl, &cl_s, C, ln_dadd_op());
+    }
+    const double mu0 = s / dcols;
+
+    /* Pass 2: deviations from the first mean and their squares. */
+    ln_pair dm{0.0, 0.0};
+#pragma unroll 4
+    for (int q = t; q < len; q += B) {
+      T v[VEC];
+      rc_lds16(row + q * VEC, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const double d = (double)v[e] - mu0;
+        dm.a += d;
+        dm.b = fma(d, d, dm.b);
+      }
+    }
+    dm = ln_allsum<false>(dm, sh2);
+    if constexpr (CL) {
+      /* cl_da / cl_db of the previous row were last read before this row's
+       * first cluster barrier, which every CTA has passed. */
+      const cg::cluster_group cl = cg::this_cluster();
+      if (t == 0) {
+        cl_da = dm.a;
+        cl_db = dm.b;
+      }
+      cl.sync();
+      dm.a = rc_cluster_fold(cl, &cl_da, C, ln_dadd_op());
+      dm.b = rc_cluster_fold(cl, &cl_db, C, ln_dadd_op());
+    }
+    const double mu = mu0 + dm.a / dcols;
+    const double var = ln_clamp0(dm.b - dm.a * (dm.a / dcols)) / dcols;
+    const double rstd_d = 1.0 / sqrt(var + eps);
+    if (rank == 0 && t == 0) inv_std[r] = (T)rstd_d;
+
+    /* Pass 3: normalized and out from the cache. */
+    const ln_center<T> ctr(mu);
+    const T rstd = (T)rstd_d;
+    T *nr = nrm + r * cols, *orow = out + r * cols;
+#pragma unroll 4
+    for (int q = t; q < len; q += B) {
+      T v[VEC];
+      rc_lds16(row + q * VEC, v);
+      ln_emit<T, VEC>(v, ctr, rstd, gamma, beta, q0 + q, nr, orow);
+    }
+  }
+  /* No CTA may leave while another can still read its cl_da / cl_db. */
+  if constexpr (CL) cg::this_cluster().sync();
 }
 
 /* ---- kernels: backward ------------------------------------------------------------------- */
@@ -878,12 +1014,168 @@ static void ln_fwd_group_launch(bk_context *ctx, const T *x, const T *gamma, con
       x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
 }
 
+/*
+ * Which rows ln_fwd_wide_kernel takes, and how (16-byte access only):
+ *  - rows wider than LN_WIDE_MIN_ROW_BYTES (f32 > 8192 columns, f64 >
+ *    4096); narrower rows stay on the register path.
+ *  - Cluster size C: the smallest power of two that cuts the row into
+ *    slices of at most LN_WIDE_SLICE_BYTES (three CTAs per multiprocessor),
+ *    at most max_cluster. When rows are few (rows*C < 2*SMs), C keeps
+ *    doubling while slices stay >= LN_WIDE_MIN_SLICE_BYTES, so that more
+ *    multiprocessors work.
+ *  - The slice must fit the block's shared-memory limit, else the row is
+ *    not taken.
+ *  - Threads per CTA: the smallest power of two in [128, LN_WIDE_THREADS]
+ *    giving each thread at most 8 vectors of the slice.
+ */
+static const int64_t LN_WIDE_MIN_ROW_BYTES = 32 * 1024;
+static const int64_t LN_WIDE_SLICE_BYTES = 64 * 1024;
+static const int64_t LN_WIDE_MIN_SLICE_BYTES = 16 * 1024;
+static const int LN_WIDE_MAX_CLUSTER = 16;
+
+struct ln_wide_plan {
+  int csize;   /* CTAs per row (1: a plain block per row) */
+  int threads; /* threads per CTA */
+  int clen;    /* 16-byte vectors per CTA slice */
+  size_t smem; /* dynamic shared memory per CTA */
+};
+
+static bool ln_wide_select(int64_t esz, int64_t rows, int64_t cols, int64_t sm, int max_cluster,
+                           int64_t smem_limit, ln_wide_plan *p) {
+  const int64_t row_bytes = cols * esz;
+  if (rows < 1 || row_bytes <= LN_WIDE_MIN_ROW_BYTES) return false;
+  int c = 1;
+  while (c < max_cluster && row_bytes > LN_WIDE_SLICE_BYTES * c) c *= 2;
+  if (rows < 2 * sm)
+    while (c < max_cluster && rows * c < 2 * sm && row_bytes >= LN_WIDE_MIN_SLICE_BYTES * 2 * c)
+      c *= 2;
+  const int64_t nv = cols / (16 / esz);
+  const int64_t clen = (nv + c - 1) / c;
+  if (clen * 16 > smem_limit) return false;
+  int threads = 128;
+  while (threads < LN_WIDE_THREADS && threads * 8 < clen) threads <<= 1;
+  p->csize = c;
+  p->threads = threads;
+  p->clen = (int)clen;
+  p->smem = (size_t)(clen * 16);
+  return true;
+}
+
+/* A CUDA call whose failure means "do not take this path": clears the
+ * error (these are not sticky) and reports whether it succeeded. */
+static bool ln_ok(cudaError_t err) {
+  if (err == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
+/* Sets the kernel's shared-memory attributes to fixed values (they depend
+ * only on the device and the kernel, so concurrent callers agree) and fills
+ * *limit with the dynamic bytes a block may use. */
+template <typename T, bool CL> static bool ln_wide_prepare(int device, int64_t *limit) {
+  auto kern = ln_fwd_wide_kernel<T, CL>;
+  int optin = 0;
+  if (!ln_ok(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)))
+    return false;
+  cudaFuncAttributes fa;
+  if (!ln_ok(cudaFuncGetAttributes(&fa, kern))) return false;
+  const int dyn = optin - (int)fa.sharedSizeBytes;
+  if (dyn <= 0) return false;
+  if (!ln_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn)))
+    return false;
+  if (!ln_ok(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  (int)cudaSharedmemCarveoutMaxShared)))
+    return false;
+  *limit = dyn;
+  return true;
+}
+
+/* Launches plan p. Returns BK_OK with *done = 0 when the configuration
+ * cannot run (no cluster of that size fits, or the launch is refused). */
+template <typename T, bool CL>
+static bk_status ln_wide_launch(bk_context *ctx, const char *fn, const T *x, const T *gamma,
+                                const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
+                                int64_t cols, double eps, const ln_wide_plan &p, int *done) {
+  auto kern = ln_fwd_wide_kernel<T, CL>;
+  const int64_t max_units = 0x7fffffff / p.csize;
+  const int64_t units = rows < max_units ? rows : max_units;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(units * p.csize), 1, 1);
+  cfg.blockDim = dim3((unsigned)p.threads, 1, 1);
+  cfg.dynamicSmemBytes = p.smem;
+  cfg.stream = bk_stream(ctx);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)p.csize;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = CL ? 1 : 0;
+  if (CL) {
+    int active = 0;
+    if (!ln_ok(cudaOccupancyMaxActiveClusters(&active, kern, &cfg)) || active < 1) return BK_OK;
+  }
+  if (!ln_ok(cudaLaunchKernelEx(&cfg, kern, x, gamma, beta, out, nrm, inv_std, rows, cols, p.clen,
+                                eps)))
+    return BK_OK;
+  *done = 1;
+  return bk__cuda_launched(fn, "ln_fwd_wide_kernel");
+}
+
+/* Wide rows read once through shared memory (ln_fwd_wide_kernel). Sets
+ * *done = 0, without queuing anything, when the shape or the device does
+ * not suit it: the caller then takes the register or split path. */
+template <typename T>
+static bk_status ln_fwd_wide(bk_context *ctx, const char *fn, const T *x, const T *gamma,
+                             const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
+                             int64_t cols, double eps, int *done) {
+  const int64_t esz = (int64_t)sizeof(T);
+  const int64_t sm = bk_cu(ctx)->sm_count;
+  ln_wide_plan p;
+  *done = 0;
+  /* Shapes the policy never takes leave before any call into the runtime. */
+  if (!ln_wide_select(esz, rows, cols, sm, LN_WIDE_MAX_CLUSTER, INT64_MAX, &p)) return BK_OK;
+  const int device = bk_cu(ctx)->device;
+  int64_t lim_block = 0, lim_cluster = 0;
+  if (!ln_wide_prepare<T, false>(device, &lim_block) ||
+      !ln_wide_prepare<T, true>(device, &lim_cluster))
+    return BK_OK;
+  const int64_t limit = lim_block < lim_cluster ? lim_block : lim_cluster;
+  if (!ln_wide_select(esz, rows, cols, sm, LN_WIDE_MAX_CLUSTER, limit, &p)) return BK_OK;
+  if (p.csize == 1)
+    return ln_wide_launch<T, false>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols, eps,
+                                    p, done);
+  /* Clusters above 8 CTAs need the non-portable size attribute and may not
+   * fit the device's partitions; retry with at most 8. */
+  if (p.csize > 8) {
+    if (ln_ok(cudaFuncSetAttribute(ln_fwd_wide_kernel<T, true>,
+                                   cudaFuncAttributeNonPortableClusterSizeAllowed, 1))) {
+      const bk_status st = ln_wide_launch<T, true>(ctx, fn, x, gamma, beta, out, nrm, inv_std,
+                                                   rows, cols, eps, p, done);
+      if (st != BK_OK || *done) return st;
+    }
+    if (!ln_wide_select(esz, rows, cols, sm, 8, limit, &p)) return BK_OK;
+    if (p.csize == 1)
+      return ln_wide_launch<T, false>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols,
+                                      eps, p, done);
+  }
+  return ln_wide_launch<T, true>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols, eps, p,
+                                 done);
+}
+
 template <typename T, int VEC>
 static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, const T *gamma,
                                    const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
                                    int64_t cols, double eps) {
   constexpr int EPT = ln_traits<T>::ept;
   cudaStream_t stream = bk_stream(ctx);
+  if constexpr (VEC == ln_traits<T>::vec) {
+    /* Wide rows with 16-byte access: read once through shared memory. */
+    int done = 0;
+    const bk_status st =
+        ln_fwd_wide<T>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols, eps, &done);
+    if (st != BK_OK || done) return st;
+  }
   const int64_t nvec = cols / VEC;
   int64_t nch, clen;
   ln_split_plan(bk_cu(ctx)->sm_count, rows, cols, nvec, &nch, &clen);
