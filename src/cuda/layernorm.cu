@@ -492,7 +492,7 @@ static __global__ void __launch_bounds__(LN_WIDE_THREADS, 4)
 #pragma unroll 4
     for (int q = t; q < len; q += B) {
       T v[VEC];
-      rc_lds16(row + q * VEC, v);
+      bk_vload<VEC>(row + q * VEC, v);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) s += (double)v[e];
     }
@@ -512,7 +512,7 @@ static __global__ void __launch_bounds__(LN_WIDE_THREADS, 4)
 #pragma unroll 4
     for (int q = t; q < len; q += B) {
       T v[VEC];
-      rc_lds16(row + q * VEC, v);
+      bk_vload<VEC>(row + q * VEC, v);
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
         const double d = (double)v[e] - mu0;
@@ -545,7 +545,7 @@ static __global__ void __launch_bounds__(LN_WIDE_THREADS, 4)
 #pragma unroll 4
     for (int q = t; q < len; q += B) {
       T v[VEC];
-      rc_lds16(row + q * VEC, v);
+      bk_vload<VEC>(row + q * VEC, v);
       ln_emit<T, VEC>(v, ctr, rstd, gamma, beta, q0 + q, nr, orow);
     }
   }
@@ -1061,62 +1061,14 @@ static bool ln_wide_select(int64_t esz, int64_t rows, int64_t cols, int64_t sm, 
   return true;
 }
 
-/* A CUDA call whose failure means "do not take this path": clears the
- * error (these are not sticky) and reports whether it succeeded. */
-static bool ln_ok(cudaError_t err) {
-  if (err == cudaSuccess) return true;
-  (void)cudaGetLastError();
-  return false;
-}
-
-/* Sets the kernel's shared-memory attributes to fixed values (they depend
- * only on the device and the kernel, so concurrent callers agree) and fills
- * *limit with the dynamic bytes a block may use. */
-template <typename T, bool CL> static bool ln_wide_prepare(int device, int64_t *limit) {
-  auto kern = ln_fwd_wide_kernel<T, CL>;
-  int optin = 0;
-  if (!ln_ok(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)))
-    return false;
-  cudaFuncAttributes fa;
-  if (!ln_ok(cudaFuncGetAttributes(&fa, kern))) return false;
-  const int dyn = optin - (int)fa.sharedSizeBytes;
-  if (dyn <= 0) return false;
-  if (!ln_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn)))
-    return false;
-  if (!ln_ok(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  (int)cudaSharedmemCarveoutMaxShared)))
-    return false;
-  *limit = dyn;
-  return true;
-}
-
 /* Launches plan p. Returns BK_OK with *done = 0 when the configuration
  * cannot run (no cluster of that size fits, or the launch is refused). */
 template <typename T, bool CL>
 static bk_status ln_wide_launch(bk_context *ctx, const char *fn, const T *x, const T *gamma,
                                 const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
                                 int64_t cols, double eps, const ln_wide_plan &p, int *done) {
-  auto kern = ln_fwd_wide_kernel<T, CL>;
-  const int64_t max_units = 0x7fffffff / p.csize;
-  const int64_t units = rows < max_units ? rows : max_units;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(units * p.csize), 1, 1);
-  cfg.blockDim = dim3((unsigned)p.threads, 1, 1);
-  cfg.dynamicSmemBytes = p.smem;
-  cfg.stream = bk_stream(ctx);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)p.csize;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = CL ? 1 : 0;
-  if (CL) {
-    int active = 0;
-    if (!ln_ok(cudaOccupancyMaxActiveClusters(&active, kern, &cfg)) || active < 1) return BK_OK;
-  }
-  if (!ln_ok(cudaLaunchKernelEx(&cfg, kern, x, gamma, beta, out, nrm, inv_std, rows, cols, p.clen,
-                                eps)))
+  if (!rc_launch_rows(ctx, ln_fwd_wide_kernel<T, CL>, rows, p.csize, p.threads, p.smem, CL, x,
+                      gamma, beta, out, nrm, inv_std, rows, cols, p.clen, eps))
     return BK_OK;
   *done = 1;
   return bk__cuda_launched(fn, "ln_fwd_wide_kernel");
@@ -1137,8 +1089,8 @@ static bk_status ln_fwd_wide(bk_context *ctx, const char *fn, const T *x, const 
   if (!ln_wide_select(esz, rows, cols, sm, LN_WIDE_MAX_CLUSTER, INT64_MAX, &p)) return BK_OK;
   const int device = bk_cu(ctx)->device;
   int64_t lim_block = 0, lim_cluster = 0;
-  if (!ln_wide_prepare<T, false>(device, &lim_block) ||
-      !ln_wide_prepare<T, true>(device, &lim_cluster))
+  if (!rc_prepare(ln_fwd_wide_kernel<T, false>, device, &lim_block) ||
+      !rc_prepare(ln_fwd_wide_kernel<T, true>, device, &lim_cluster))
     return BK_OK;
   const int64_t limit = lim_block < lim_cluster ? lim_block : lim_cluster;
   if (!ln_wide_select(esz, rows, cols, sm, LN_WIDE_MAX_CLUSTER, limit, &p)) return BK_OK;
@@ -1148,7 +1100,7 @@ static bk_status ln_fwd_wide(bk_context *ctx, const char *fn, const T *x, const 
   /* Clusters above 8 CTAs need the non-portable size attribute and may not
    * fit the device's partitions; retry with at most 8. */
   if (p.csize > 8) {
-    if (ln_ok(cudaFuncSetAttribute(ln_fwd_wide_kernel<T, true>,
+    if (rc_ok(cudaFuncSetAttribute(ln_fwd_wide_kernel<T, true>,
                                    cudaFuncAttributeNonPortableClusterSizeAllowed, 1))) {
       const bk_status st = ln_wide_launch<T, true>(ctx, fn, x, gamma, beta, out, nrm, inv_std,
                                                    rows, cols, eps, p, done);

@@ -196,7 +196,7 @@ static __global__ void __launch_bounds__(RC_MAX_THREADS, 4)
 #pragma unroll 4
     for (int q = t; q < len; q += B) {
       T v[VEC];
-      rc_lds16(row + q * VEC, v);
+      bk_vload<VEC>(row + q * VEC, v);
       if constexpr (MASKED) {
         uint32_t w[VEC];
         rc_lds_words<VEC>(bits + (q >> 5) * VEC, w);
@@ -239,7 +239,7 @@ static __global__ void __launch_bounds__(RC_MAX_THREADS, 4)
 #pragma unroll 4
     for (int q = t; q < len; q += B) {
       T v[VEC];
-      rc_lds16(row + q * VEC, v);
+      bk_vload<VEC>(row + q * VEC, v);
       if constexpr (MASKED) {
         uint32_t w[VEC];
         rc_lds_words<VEC>(bits + (q >> 5) * VEC, w);
@@ -259,7 +259,7 @@ static __global__ void __launch_bounds__(RC_MAX_THREADS, 4)
           s += (double)ex;
         }
       }
-      rc_sts16(row + q * VEC, v);
+      bk_st16(row + q * VEC, v);
     }
     s = rc_block_sum(s, sh_s);
     if constexpr (CL) {
@@ -276,7 +276,7 @@ static __global__ void __launch_bounds__(RC_MAX_THREADS, 4)
 #pragma unroll 4
     for (int q = t; q < len; q += B) {
       T v[VEC], o[VEC];
-      rc_lds16(row + q * VEC, v);
+      bk_vload<VEC>(row + q * VEC, v);
       if constexpr (MASKED) {
         uint32_t w[VEC];
         rc_lds_words<VEC>(bits + (q >> 5) * VEC, w);
@@ -354,64 +354,16 @@ static bool rc_select(int64_t esz, bool masked, int64_t rows, int64_t cols, int6
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
-/* A CUDA call whose failure means "do not take this shape": clears the
- * error (these are not sticky) and reports whether it succeeded. */
-static bool rc_ok(cudaError_t err) {
-  if (err == cudaSuccess) return true;
-  (void)cudaGetLastError();
-  return false;
-}
-
 static bool rc_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
-/* Sets the kernel's shared-memory attributes to fixed values (never
- * lowered under a concurrent caller: the value depends only on the device
- * and the kernel) and fills *limit with the dynamic bytes a block may use. */
-template <typename T, bool MASKED, bool CL>
-static bool rc_prepare(int device, int64_t *limit) {
-  auto kern = rc_softmax_kernel<T, MASKED, CL>;
-  int optin = 0;
-  if (!rc_ok(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)))
-    return false;
-  cudaFuncAttributes fa;
-  if (!rc_ok(cudaFuncGetAttributes(&fa, kern))) return false;
-  const int dyn = optin - (int)fa.sharedSizeBytes;
-  if (dyn <= 0) return false;
-  if (!rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn)))
-    return false;
-  if (!rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  (int)cudaSharedmemCarveoutMaxShared)))
-    return false;
-  *limit = dyn;
-  return true;
-}
 
 /* Launches plan p. Returns BK_OK with *done = 0 when the configuration
  * cannot run (no cluster of that size fits, or the launch is refused). */
 template <typename T, bool MASKED, bool CL>
 static bk_status rc_launch(bk_context *ctx, const char *fn, const T *x, const T *mask, T *y,
                            int64_t rows, int64_t cols, const rc_plan &p, int *done) {
-  auto kern = rc_softmax_kernel<T, MASKED, CL>;
-  const int64_t max_units = 0x7fffffff / p.csize;
-  const int64_t units = rows < max_units ? rows : max_units;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(units * p.csize), 1, 1);
-  cfg.blockDim = dim3((unsigned)p.threads, 1, 1);
-  cfg.dynamicSmemBytes = p.smem;
-  cfg.stream = bk_stream(ctx);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)p.csize;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = CL ? 1 : 0;
-  if (CL) {
-    int active = 0;
-    if (!rc_ok(cudaOccupancyMaxActiveClusters(&active, kern, &cfg)) || active < 1)
-      return BK_OK;
-  }
-  if (!rc_ok(cudaLaunchKernelEx(&cfg, kern, x, mask, y, rows, cols, p.clen))) return BK_OK;
+  if (!rc_launch_rows(ctx, rc_softmax_kernel<T, MASKED, CL>, rows, p.csize, p.threads, p.smem, CL,
+                      x, mask, y, rows, cols, p.clen))
+    return BK_OK;
   *done = 1;
   return bk__cuda_launched(fn, "rc_softmax_kernel");
 }
@@ -432,8 +384,8 @@ static bk_status rc_softmax(bk_context *ctx, const void *x, const void *mask, vo
   if (!rc_select((int64_t)sizeof(T), MASKED, rows, cols, sm, RC_MAX_CLUSTER, INT64_MAX, &p))
     return BK_OK;
   int64_t lim_block = 0, lim_cluster = 0;
-  if (!rc_prepare<T, MASKED, false>(device, &lim_block) ||
-      !rc_prepare<T, MASKED, true>(device, &lim_cluster))
+  if (!rc_prepare(rc_softmax_kernel<T, MASKED, false>, device, &lim_block) ||
+      !rc_prepare(rc_softmax_kernel<T, MASKED, true>, device, &lim_cluster))
     return BK_OK;
   const int64_t limit = lim_block < lim_cluster ? lim_block : lim_cluster;
   const T *xt = (const T *)x, *mt = (const T *)mask;

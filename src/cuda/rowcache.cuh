@@ -2,12 +2,17 @@
  * rowcache.cuh — device helpers for kernels that cache a row (or a slice of
  * a row) in shared memory: cp.async 16-byte global -> shared copies, 16-byte
  * vectors as arrays, warp reductions, and fixed-order folds of per-CTA
- * partials across a thread-block cluster through distributed shared memory.
+ * partials across a thread-block cluster through distributed shared memory;
+ * and the host side that prepares and launches such kernels, a block or a
+ * cluster of blocks per row. (Plain 16-byte loads and stores of shared
+ * memory use bk_vload / bk_st16 from cuda_internal.h.)
  * Everything here is header-only and static, so any family's .cu file may
  * include it.
  */
 #ifndef BK_CUDA_ROWCACHE_CUH
 #define BK_CUDA_ROWCACHE_CUH
+
+#include "cuda_internal.h"
 
 #include <cooperative_groups.h>
 #include <stdint.h>
@@ -45,26 +50,6 @@ template <> struct rc_vec<float> {
 template <> struct rc_vec<double> {
   static constexpr int n = 2;
 };
-
-/* 16 bytes of shared memory as VEC elements (p 16-byte aligned). */
-static __device__ __forceinline__ void rc_lds16(const float *p, float *v) {
-  const float4 t = *reinterpret_cast<const float4 *>(p);
-  v[0] = t.x;
-  v[1] = t.y;
-  v[2] = t.z;
-  v[3] = t.w;
-}
-static __device__ __forceinline__ void rc_lds16(const double *p, double *v) {
-  const double2 t = *reinterpret_cast<const double2 *>(p);
-  v[0] = t.x;
-  v[1] = t.y;
-}
-static __device__ __forceinline__ void rc_sts16(float *p, const float *v) {
-  *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
-}
-static __device__ __forceinline__ void rc_sts16(double *p, const double *v) {
-  *reinterpret_cast<double2 *>(p) = make_double2(v[0], v[1]);
-}
 
 /* 16 bytes of global memory read once (streaming: evict first). */
 static __device__ __forceinline__ void rc_ldg16_cs(const float *p, float *v) {
@@ -125,6 +110,69 @@ static __device__ __forceinline__ A rc_cluster_fold(const cooperative_groups::cl
   A v = __shfl_sync(0xffffffffu, mine, 0);
   for (int r = 1; r < C; ++r) v = op(v, __shfl_sync(0xffffffffu, mine, r));
   return v;
+}
+
+/* ---- host side ------------------------------------------------------------------------ */
+
+/* A CUDA call whose failure means "do not take this path": clears the
+ * error (these are not sticky) and reports whether it succeeded. */
+static inline bool rc_ok(cudaError_t err) {
+  if (err == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
+}
+
+/* Sets kern's shared-memory attributes to fixed values (they depend only
+ * on the device and the kernel, so concurrent callers never lower them
+ * under one another) and fills *limit with the dynamic bytes a block may
+ * use. False when an attribute cannot be set. */
+template <typename K>
+static bool rc_prepare(K kern, int device, int64_t *limit) {
+  int optin = 0;
+  if (!rc_ok(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)))
+    return false;
+  cudaFuncAttributes fa;
+  if (!rc_ok(cudaFuncGetAttributes(&fa, kern))) return false;
+  const int dyn = optin - (int)fa.sharedSizeBytes;
+  if (dyn <= 0) return false;
+  if (!rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn)))
+    return false;
+  if (!rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  (int)cudaSharedmemCarveoutMaxShared)))
+    return false;
+  *limit = dyn;
+  return true;
+}
+
+/* Queues kern on the context's stream for up to `rows` rows (at most
+ * INT32_MAX / csize; the kernel visits the rest cluster-stride), csize
+ * CTAs of `threads` threads and `smem` dynamic bytes per row; with
+ * `cluster`, the CTAs of a row form a thread-block cluster and the launch
+ * is first checked against cudaOccupancyMaxActiveClusters. False, with
+ * nothing queued and the error cleared, when that configuration cannot
+ * run here. */
+template <typename... P, typename... A>
+static bool rc_launch_rows(bk_context *ctx, void (*kern)(P...), int64_t rows, int csize,
+                           int threads, size_t smem, bool cluster, A... args) {
+  const int64_t max_units = 0x7fffffff / csize;
+  const int64_t units = rows < max_units ? rows : max_units;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(units * csize), 1, 1);
+  cfg.blockDim = dim3((unsigned)threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = bk_stream(ctx);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)csize;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = cluster ? 1 : 0;
+  if (cluster) {
+    int active = 0;
+    if (!rc_ok(cudaOccupancyMaxActiveClusters(&active, kern, &cfg)) || active < 1) return false;
+  }
+  return rc_ok(cudaLaunchKernelEx(&cfg, kern, args...));
 }
 
 #endif /* BK_CUDA_ROWCACHE_CUH */
