@@ -94,6 +94,15 @@ static inline unsigned bk_cuda_blocks(bk_context *ctx, int64_t work, int threads
   return (unsigned)(want < 1 ? 1 : want);
 }
 
+/* Blocks for a grid of one block per work unit: at least one, at most the
+ * grid limit 2^31 - 1 (the kernels loop over units beyond it). */
+static inline unsigned bk_cuda_grid(int64_t units) {
+  return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
+}
+
+/* Whether p allows 16-byte vector access. */
+static inline bool bk_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
 /* ---- index arithmetic shared by the kernels ---------------------------------- */
 
 /* Unsigned division by a run-time constant d >= 1 as a multiply and shifts

@@ -951,12 +951,6 @@ static __global__ void __launch_bounds__(LN_FOLD_COLS *LN_FOLD_SEGS)
 
 /* ---- launchers ------------------------------------------------------------------------------ */
 
-static unsigned ln_grid(int64_t units) {
-  return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
-}
-
-static bool ln_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* Chunks of at least this many elements when few long rows are split. */
 static const int64_t LN_MIN_CHUNK = 4096;
 
@@ -1138,10 +1132,10 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
     if (st != BK_OK) return st;
     ln_stat *stats = (ln_stat *)scratch;
     ln_fwd_split_stats_kernel<T, VEC>
-        <<<ln_grid(units), 256, 0, stream>>>(x, stats, rows, cols, nch, clen);
+        <<<bk_cuda_grid(units), 256, 0, stream>>>(x, stats, rows, cols, nch, clen);
     st = bk__cuda_launched(fn, "ln_fwd_split_stats_kernel");
     if (st == BK_OK) {
-      ln_fwd_split_apply_kernel<T, VEC><<<ln_grid(units), 256, 0, stream>>>(
+      ln_fwd_split_apply_kernel<T, VEC><<<bk_cuda_grid(units), 256, 0, stream>>>(
           x, gamma, beta, stats, out, nrm, inv_std, rows, cols, nch, clen, eps);
       st = bk__cuda_launched(fn, "ln_fwd_split_apply_kernel");
     }
@@ -1165,11 +1159,12 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
     return bk__cuda_launched(fn, "ln_fwd_group_kernel");
   }
   if (cols <= 32 * EPT) {
-    ln_fwd_rows_kernel<T, VEC, true><<<ln_grid((rows + 7) / 8), 256, 0, stream>>>(
+    ln_fwd_rows_kernel<T, VEC, true><<<bk_cuda_grid((rows + 7) / 8), 256, 0, stream>>>(
         x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
   } else {
-    ln_fwd_rows_kernel<T, VEC, false><<<ln_grid(rows), ln_threads(cols, EPT, 1024), 0, stream>>>(
-        x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
+    ln_fwd_rows_kernel<T, VEC, false>
+        <<<bk_cuda_grid(rows), ln_threads(cols, EPT, 1024), 0, stream>>>(
+            x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
   }
   return bk__cuda_launched(fn, "ln_fwd_rows_kernel");
 }
@@ -1259,18 +1254,19 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
     ln_pair *sums = (ln_pair *)scratch;
     part = (double *)((char *)scratch + sums_bytes);
     ln_bwd_rowsum_kernel<T, VEC>
-        <<<ln_grid(rows * nch), 256, 0, stream>>>(dout, nrm, gamma, sums, rows, cols, nch, clen);
+        <<<bk_cuda_grid(rows * nch), 256, 0, stream>>>(dout, nrm, gamma, sums, rows, cols, nch,
+                                                       clen);
     st = bk__cuda_launched(fn, "ln_bwd_rowsum_kernel");
     if (st == BK_OK) {
-      ln_bwd_tile_kernel<T, VEC><<<ln_grid(nb * tiles), 256, 0, stream>>>(
+      ln_bwd_tile_kernel<T, VEC><<<bk_cuda_grid(nb * tiles), 256, 0, stream>>>(
           dout, nrm, inv_std, gamma, sums, dx, part, rows, cols, nch, rpb, nb);
       st = bk__cuda_launched(fn, "ln_bwd_tile_kernel");
     }
   }
   if (st == BK_OK) {
     ln_bwd_fold_kernel<T>
-        <<<ln_grid((2 * cols + LN_FOLD_COLS - 1) / LN_FOLD_COLS), LN_FOLD_COLS * LN_FOLD_SEGS, 0,
-           stream>>>(part, nb, cols, dgamma, dbeta);
+        <<<bk_cuda_grid((2 * cols + LN_FOLD_COLS - 1) / LN_FOLD_COLS),
+           LN_FOLD_COLS * LN_FOLD_SEGS, 0, stream>>>(part, nb, cols, dgamma, dbeta);
     st = bk__cuda_launched(fn, "ln_bwd_fold_kernel");
   }
   bk__cuda_scratch_free(ctx, scratch);
@@ -1284,8 +1280,8 @@ extern "C" bk_status bk__cuda_layernorm_forward(bk_context *ctx, bk_dtype dt, co
                                                 void *normalized, void *inv_std, int64_t rows,
                                                 int64_t cols, double eps) {
   static const char fn[] = "bk_layernorm_forward";
-  const bool al = ln_aligned16(x) && ln_aligned16(gamma) && ln_aligned16(beta) &&
-                  ln_aligned16(out) && ln_aligned16(normalized);
+  const bool al = bk_aligned16(x) && bk_aligned16(gamma) && bk_aligned16(beta) &&
+                  bk_aligned16(out) && bk_aligned16(normalized);
   if (dt == BK_F32) {
     const float *px = (const float *)x, *pg = (const float *)gamma, *pb = (const float *)beta;
     float *po = (float *)out, *pn = (float *)normalized, *pi = (float *)inv_std;
@@ -1305,8 +1301,8 @@ extern "C" bk_status bk__cuda_layernorm_backward(bk_context *ctx, bk_dtype dt, c
                                                  const void *gamma, void *dx, void *dgamma,
                                                  void *dbeta, int64_t rows, int64_t cols) {
   static const char fn[] = "bk_layernorm_backward";
-  const bool al = ln_aligned16(dout) && ln_aligned16(normalized) && ln_aligned16(gamma) &&
-                  ln_aligned16(dx);
+  const bool al = bk_aligned16(dout) && bk_aligned16(normalized) && bk_aligned16(gamma) &&
+                  bk_aligned16(dx);
   if (dt == BK_F32) {
     const float *pd = (const float *)dout, *pn = (const float *)normalized,
                 *pi = (const float *)inv_std, *pg = (const float *)gamma;

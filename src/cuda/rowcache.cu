@@ -354,8 +354,6 @@ static bool rc_select(int64_t esz, bool masked, int64_t rows, int64_t cols, int6
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
-static bool rc_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* Launches plan p. Returns BK_OK with *done = 0 when the configuration
  * cannot run (no cluster of that size fits, or the launch is refused). */
 template <typename T, bool MASKED, bool CL>
@@ -373,8 +371,8 @@ static bk_status rc_softmax(bk_context *ctx, const void *x, const void *mask, vo
                             int64_t rows, int64_t cols, int *done) {
   constexpr int VEC = rc_vec<T>::n;
   const char *fn = MASKED ? "bk_rows_masked_softmax" : "bk_softmax";
-  if (rows < 1 || cols < 1 || cols % VEC != 0 || !rc_aligned16(x) || !rc_aligned16(y) ||
-      (MASKED && !rc_aligned16(mask)))
+  if (rows < 1 || cols < 1 || cols % VEC != 0 || !bk_aligned16(x) || !bk_aligned16(y) ||
+      (MASKED && !bk_aligned16(mask)))
     return BK_OK;
   const int device = bk_cu(ctx)->device;
   const int64_t sm = bk_cu(ctx)->sm_count;

@@ -732,12 +732,6 @@ static __global__ void __launch_bounds__(256, sizeof(T) == 4 && K <= 4 ? 4 : 0)
 
 /* ---- launchers ----------------------------------------------------------------------- */
 
-static unsigned rw_grid(int64_t units) {
-  return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
-}
-
-static bool rw_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* Chunks of at least this many elements when few long rows are split. */
 static const int64_t RW_MIN_CHUNK = 4096;
 
@@ -749,7 +743,8 @@ static bk_status rows_group_launch(bk_context *ctx, const char *fn, const T *x, 
   const int64_t units = (rows + 32 / G - 1) / (32 / G);
   const int64_t cap = 32 * (int64_t)bk_cu(ctx)->sm_count;
   const int64_t blocks = (units + 7) / 8 < cap ? (units + 7) / 8 : cap;
-  rows_group_kernel<T, VEC, OP, G><<<rw_grid(blocks), 256, 0, bk_stream(ctx)>>>(x, y, rows, cols);
+  rows_group_kernel<T, VEC, OP, G>
+      <<<bk_cuda_grid(blocks), 256, 0, bk_stream(ctx)>>>(x, y, rows, cols);
   return bk__cuda_launched(fn, "rows_group_kernel");
 }
 
@@ -772,15 +767,15 @@ static bk_status rows_reduce_launch(bk_context *ctx, const char *fn, const T *x,
     if (st != BK_OK) return st;
     A *part = (A *)scratch;
     rows_reduce_split_kernel<T, VEC, OP>
-        <<<rw_grid(units), 256, 0, stream>>>(x, part, rows, cols, nch, clen);
+        <<<bk_cuda_grid(units), 256, 0, stream>>>(x, part, rows, cols, nch, clen);
     st = bk__cuda_launched(fn, "rows_reduce_split_kernel");
     if (st == BK_OK) {
       if constexpr (OP == RW_FIRST) {
         first_max_split_write_kernel<T, VEC>
-            <<<rw_grid(units), 256, 0, stream>>>(x, part, y, rows, cols, nch, clen);
+            <<<bk_cuda_grid(units), 256, 0, stream>>>(x, part, y, rows, cols, nch, clen);
         st = bk__cuda_launched(fn, "first_max_split_write_kernel");
       } else {
-        rows_reduce_fold_kernel<T, OP><<<rw_grid((rows + 255) / 256), 256, 0, stream>>>(
+        rows_reduce_fold_kernel<T, OP><<<bk_cuda_grid((rows + 255) / 256), 256, 0, stream>>>(
             part, y, rows, nch);
         st = bk__cuda_launched(fn, "rows_reduce_fold_kernel");
       }
@@ -800,20 +795,21 @@ static bk_status rows_reduce_launch(bk_context *ctx, const char *fn, const T *x,
   }
   if (cols <= 1024) {
     rows_reduce_kernel<T, VEC, true, OP>
-        <<<rw_grid((rows + 7) / 8), 256, 0, stream>>>(x, y, rows, cols);
+        <<<bk_cuda_grid((rows + 7) / 8), 256, 0, stream>>>(x, y, rows, cols);
     return bk__cuda_launched(fn, "rows_reduce_kernel");
   }
   /* A block per row, about eight vectors per thread, 64 to 1024 threads. */
   int threads = 64;
   while (threads < nvec / 8 && threads < 1024) threads <<= 1;
-  rows_reduce_kernel<T, VEC, false, OP><<<rw_grid(rows), threads, 0, stream>>>(x, y, rows, cols);
+  rows_reduce_kernel<T, VEC, false, OP>
+      <<<bk_cuda_grid(rows), threads, 0, stream>>>(x, y, rows, cols);
   return bk__cuda_launched(fn, "rows_reduce_kernel");
 }
 
 template <int OP>
 static bk_status rows_reduce(bk_context *ctx, const char *fn, bk_dtype dt, const void *x, void *y,
                              int64_t rows, int64_t cols) {
-  const bool al = rw_aligned16(x) && (OP != RW_FIRST || rw_aligned16(y));
+  const bool al = bk_aligned16(x) && (OP != RW_FIRST || bk_aligned16(y));
   if (dt == BK_F32) {
     if (al && cols % 4 == 0)
       return rows_reduce_launch<float, 4, OP>(ctx, fn, (const float *)x, (float *)y, rows, cols);
@@ -835,7 +831,7 @@ template <typename T, int K>
 static bk_status topk_small_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t rows,
                                    int cols, int R, int stride) {
   const size_t smem = topk_small_smem(sizeof(T), R, stride);
-  topk_small_kernel<T, K><<<rw_grid((rows + R - 1) / R), R, smem, bk_stream(ctx)>>>(
+  topk_small_kernel<T, K><<<bk_cuda_grid((rows + R - 1) / R), R, smem, bk_stream(ctx)>>>(
       x, y, rows, cols, stride);
   return bk__cuda_launched(fn, "topk_small_kernel");
 }
@@ -844,7 +840,7 @@ template <typename T, int K>
 static bk_status topk_group_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t rows,
                                    int cols, int g) {
   const int64_t units = (rows + 32 / g - 1) / (32 / g);
-  const unsigned grid = rw_grid((units + 7) / 8);
+  const unsigned grid = bk_cuda_grid((units + 7) / 8);
   cudaStream_t stream = bk_stream(ctx);
   switch (g) {
     case 2: topk_group_kernel<T, K, 2><<<grid, 256, 0, stream>>>(x, y, rows, cols); break;
@@ -861,7 +857,7 @@ static bk_status topk(bk_context *ctx, const char *fn, const T *x, T *y, int64_t
   /* Rows of exactly 2, 4, 8 or 16 lanes' worth of four 16-byte vectors. */
   const int64_t lane_elems = 4 * rw_traits<T>::vec;
   const int64_t g = cols / lane_elems;
-  if (k <= 8 && rw_aligned16(x) && rw_aligned16(y) && cols % lane_elems == 0 &&
+  if (k <= 8 && bk_aligned16(x) && bk_aligned16(y) && cols % lane_elems == 0 &&
       (g == 2 || g == 4 || g == 8 || g == 16)) {
     const int c = (int)cols, gi = (int)g;
     switch (k) {
@@ -898,7 +894,7 @@ static bk_status topk(bk_context *ctx, const char *fn, const T *x, T *y, int64_t
   int threads = 32;
   while (threads < cols && threads < 256) threads <<= 1;
   const int64_t units = rows * ((cols + threads - 1) / threads);
-  topk_count_kernel<T><<<rw_grid(units), threads, 0, bk_stream(ctx)>>>(x, y, rows, cols, k);
+  topk_count_kernel<T><<<bk_cuda_grid(units), threads, 0, bk_stream(ctx)>>>(x, y, rows, cols, k);
   return bk__cuda_launched(fn, "topk_count_kernel");
 }
 

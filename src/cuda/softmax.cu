@@ -781,12 +781,6 @@ static __global__ void __launch_bounds__(256)
 /* ---- launchers ------------------------------------------------------------------------ */
 
 /* Blocks for a grid-stride loop over `units` independent work units. */
-static unsigned sm_grid(int64_t units) {
-  return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
-}
-
-static bool sm_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* Chunks of at least this many elements in the split path. */
 static const int64_t SM_MIN_CHUNK = 4096;
 
@@ -806,7 +800,7 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
     const int C = nvec > 32 ? 2 : 1;
     const int64_t per_warp = (int64_t)(32 / G) * sm_narrow_r(C);
     const int64_t units = (rows + per_warp - 1) / per_warp;
-    const unsigned blocks = sm_grid((units + 7) / 8);
+    const unsigned blocks = bk_cuda_grid((units + 7) / 8);
     if (C == 1)
       softmax_rows_narrow_kernel<T, VEC, 1, MASKED>
           <<<blocks, 256, 0, stream>>>(x, mask, y, rows, cols, G);
@@ -830,11 +824,11 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
     if (st != BK_OK) return st;
     sm_stat *stats = (sm_stat *)scratch;
     softmax_split_stats_kernel<T, VEC, MASKED>
-        <<<sm_grid(units), 256, 0, stream>>>(x, mask, stats, rows, cols, nch, clen);
+        <<<bk_cuda_grid(units), 256, 0, stream>>>(x, mask, stats, rows, cols, nch, clen);
     st = bk__cuda_launched(fn, "softmax_split_stats_kernel");
     if (st == BK_OK) {
       softmax_split_apply_kernel<T, VEC, MASKED>
-          <<<sm_grid(units), 256, 0, stream>>>(x, mask, stats, y, rows, cols, nch, clen);
+          <<<bk_cuda_grid(units), 256, 0, stream>>>(x, mask, stats, y, rows, cols, nch, clen);
       st = bk__cuda_launched(fn, "softmax_split_apply_kernel");
     }
     bk__cuda_scratch_free(ctx, scratch);
@@ -842,7 +836,7 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
   }
   if (cols <= 32 * EPT) {
     softmax_rows_kernel<T, VEC, true, MASKED>
-        <<<sm_grid((rows + 7) / 8), 256, 0, stream>>>(x, mask, y, rows, cols);
+        <<<bk_cuda_grid((rows + 7) / 8), 256, 0, stream>>>(x, mask, y, rows, cols);
     return bk__cuda_launched(fn, "softmax_rows_kernel");
   }
   /* A block per row: the smallest power-of-two block that caches the row,
@@ -853,7 +847,7 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
   int threads = 64;
   while (threads < need && threads < 1024) threads <<= 1;
   softmax_rows_kernel<T, VEC, false, MASKED>
-      <<<sm_grid(rows), threads, 0, stream>>>(x, mask, y, rows, cols);
+      <<<bk_cuda_grid(rows), threads, 0, stream>>>(x, mask, y, rows, cols);
   return bk__cuda_launched(fn, "softmax_rows_kernel");
 }
 
@@ -867,8 +861,8 @@ static bk_status softmax_rows(bk_context *ctx, const char *fn, const void *x, co
   const bk_status st = bk__cuda_softmax_rows_cached(ctx, sizeof(T) == 4 ? BK_F32 : BK_F64, x,
                                                     MASKED ? mask : NULL, y, rows, cols, &done);
   if (st != BK_OK || done) return st;
-  const bool vec = cols % V == 0 && sm_aligned16(x) && sm_aligned16(y) &&
-                   (!MASKED || sm_aligned16(mask));
+  const bool vec = cols % V == 0 && bk_aligned16(x) && bk_aligned16(y) &&
+                   (!MASKED || bk_aligned16(mask));
   if (vec)
     return softmax_rows_launch<T, V, MASKED>(ctx, fn, (const T *)x, (const T *)mask, (T *)y, rows,
                                              cols);
@@ -901,8 +895,8 @@ static bk_status softmax_inner_tile_launch(bk_context *ctx, const char *fn, cons
               fn, "cudaFuncSetAttribute");
   const int64_t units = outer * ((inner + ti - 1) / ti);
   softmax_inner_tile_kernel<T, ASYNC>
-      <<<sm_grid(units), threads, (size_t)bytes, bk_stream(ctx)>>>((const T *)x, (T *)y, outer, n,
-                                                                   inner, ti);
+      <<<bk_cuda_grid(units), threads, (size_t)bytes, bk_stream(ctx)>>>(
+          (const T *)x, (T *)y, outer, n, inner, ti);
   return bk__cuda_launched(fn, "softmax_inner_tile_kernel");
 }
 
@@ -922,7 +916,7 @@ static bk_status softmax_inner_tile(bk_context *ctx, const char *fn, const void 
   const int tmin = tmax < 8 ? tmax : 8;
   const int64_t esz = (int64_t)sizeof(T);
   if (n > SM_TILE_MAX / (esz * tmin)) return BK_OK;
-  const bool async = sm_aligned16(x) && sm_aligned16(y) && (inner * esz) % 16 == 0 &&
+  const bool async = bk_aligned16(x) && bk_aligned16(y) && (inner * esz) % 16 == 0 &&
                      tmin * esz >= 16;
   int ti = tmax;
   if (async) {
@@ -957,7 +951,7 @@ static bk_status softmax_inner(bk_context *ctx, const char *fn, const void *x, v
   int threads = 64;
   while (threads < want && threads < 512) threads <<= 1;
   const int64_t units = outer * ((inner + ti - 1) / ti);
-  softmax_inner_kernel<T><<<sm_grid(units), threads, 0, bk_stream(ctx)>>>(
+  softmax_inner_kernel<T><<<bk_cuda_grid(units), threads, 0, bk_stream(ctx)>>>(
       (const T *)x, (T *)y, outer, n, inner, ti);
   return bk__cuda_launched(fn, "softmax_inner_kernel");
 }

@@ -1024,12 +1024,6 @@ static __global__ void __launch_bounds__(XE_CT_THREADS, xe_traits<T>::ct_blocks)
 
 /* ---- launchers ---------------------------------------------------------------------------- */
 
-static unsigned xe_grid(int64_t units) {
-  return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
-}
-
-static bool xe_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* Chunks of at least this many elements when few long rows are split. */
 static const int64_t XE_MIN_CHUNK = 4096;
 
@@ -1143,11 +1137,11 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
     xe_stat *stats = (xe_stat *)scratch;
     double *loss = (double *)((char *)scratch + stat_bytes);
     xent_split_stats_kernel<T, VEC, KIND>
-        <<<xe_grid(units), 256, 0, stream>>>(a, b, stats, rows, cols, nch, clen);
+        <<<bk_cuda_grid(units), 256, 0, stream>>>(a, b, stats, rows, cols, nch, clen);
     st = bk__cuda_launched(fn, "xent_split_stats_kernel");
     if (st == BK_OK) {
       xent_split_loss_kernel<T, VEC, KIND>
-          <<<xe_grid(rows), 256, 0, stream>>>(a, b, stats, loss, rows, cols, nch);
+          <<<bk_cuda_grid(rows), 256, 0, stream>>>(a, b, stats, loss, rows, cols, nch);
       st = bk__cuda_launched(fn, "xent_split_loss_kernel");
     }
     if (st == BK_OK) {
@@ -1197,11 +1191,11 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
     if (st != BK_OK) return st;
     xe_stat *stats = (xe_stat *)scratch;
     xent_split_stats_kernel<T, VEC, XE_TGRAD>
-        <<<xe_grid(units), 256, 0, stream>>>(S, Tt, stats, rows, cols, nch, clen);
+        <<<bk_cuda_grid(units), 256, 0, stream>>>(S, Tt, stats, rows, cols, nch, clen);
     st = bk__cuda_launched(fn, "xent_split_stats_kernel");
     if (st == BK_OK) {
       xent_split_grad_kernel<T, VEC>
-          <<<xe_grid(units), 256, 0, stream>>>(S, Tt, stats, y, rows, cols, nch, clen);
+          <<<bk_cuda_grid(units), 256, 0, stream>>>(S, Tt, stats, y, rows, cols, nch, clen);
       st = bk__cuda_launched(fn, "xent_split_grad_kernel");
     }
     bk__cuda_scratch_free(ctx, scratch);
@@ -1209,7 +1203,7 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
   }
   if (cols <= 32 * EPT) {
     xent_grad_rows_kernel<T, VEC, true>
-        <<<xe_grid((rows + 7) / 8), 256, 0, stream>>>(S, Tt, y, rows, cols);
+        <<<bk_cuda_grid((rows + 7) / 8), 256, 0, stream>>>(S, Tt, y, rows, cols);
     return bk__cuda_launched(fn, "xent_grad_rows_kernel");
   }
   /* 64 to 1024 threads; a row longer than the cache is streamed and read
@@ -1218,7 +1212,8 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
   const int64_t need = (cols + EPT - 1) / EPT;
   int threads = 64;
   while (threads < need && threads < 1024) threads <<= 1;
-  xent_grad_rows_kernel<T, VEC, false><<<xe_grid(rows), threads, 0, stream>>>(S, Tt, y, rows, cols);
+  xent_grad_rows_kernel<T, VEC, false>
+      <<<bk_cuda_grid(rows), threads, 0, stream>>>(S, Tt, y, rows, cols);
   return bk__cuda_launched(fn, "xent_grad_rows_kernel");
 }
 
@@ -1227,8 +1222,8 @@ template <typename T, int KIND>
 static bk_status xent_dispatch(bk_context *ctx, const char *fn, const void *a, const void *b,
                                void *y, int64_t rows, int64_t cols) {
   constexpr int V = xe_traits<T>::vec;
-  const bool vec = cols % V == 0 && xe_aligned16(a) && xe_aligned16(b) &&
-                   (KIND != XE_TGRAD || xe_aligned16(y));
+  const bool vec = cols % V == 0 && bk_aligned16(a) && bk_aligned16(b) &&
+                   (KIND != XE_TGRAD || bk_aligned16(y));
   const T *pa = (const T *)a, *pb = (const T *)b;
   T *py = (T *)y;
   /* The cluster-cached kernel serves the float32 gradient; for the losses
