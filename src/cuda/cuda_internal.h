@@ -100,6 +100,25 @@ static inline unsigned bk_cuda_grid(int64_t units) {
   return (unsigned)(units < 0x7fffffff ? (units < 1 ? 1 : units) : 0x7fffffff);
 }
 
+/* Chunking of the row kernels' split path. Few long rows (fewer than two
+ * per multiprocessor, at least 2 * BK_CUDA_MIN_CHUNK columns) are cut into
+ * *nch chunks of *clen vectors (of the row's nvec) so that every
+ * multiprocessor gets about four blocks and no chunk is shorter than
+ * BK_CUDA_MIN_CHUNK elements (then *nch >= 2); otherwise *nch = 1 and
+ * *clen = nvec (whole rows). */
+#define BK_CUDA_MIN_CHUNK 4096
+static inline void bk_cuda_split_plan(int64_t sm, int64_t rows, int64_t cols, int64_t nvec,
+                                      int64_t *nch, int64_t *clen) {
+  *nch = 1;
+  *clen = nvec;
+  if (rows >= 2 * sm || cols < 2 * BK_CUDA_MIN_CHUNK) return;
+  int64_t n = (4 * sm + rows - 1) / rows;
+  const int64_t max_n = cols / BK_CUDA_MIN_CHUNK;
+  if (n > max_n) n = max_n;
+  *clen = (nvec + n - 1) / n;
+  *nch = (nvec + *clen - 1) / *clen;
+}
+
 /* Whether p allows 16-byte vector access. */
 static inline bool bk_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 

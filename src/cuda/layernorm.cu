@@ -951,22 +951,6 @@ static __global__ void __launch_bounds__(LN_FOLD_COLS *LN_FOLD_SEGS)
 
 /* ---- launchers ------------------------------------------------------------------------------ */
 
-/* Chunks of at least this many elements when few long rows are split. */
-static const int64_t LN_MIN_CHUNK = 4096;
-
-/* The chunking for few long rows, or nch = 1 (whole rows). */
-static void ln_split_plan(int64_t sm, int64_t rows, int64_t cols, int64_t nvec, int64_t *nch,
-                          int64_t *clen) {
-  *nch = 1;
-  *clen = nvec;
-  if (rows >= 2 * sm || cols < 2 * LN_MIN_CHUNK) return;
-  int64_t n = (4 * sm + rows - 1) / rows;
-  const int64_t max_n = cols / LN_MIN_CHUNK;
-  if (n > max_n) n = max_n;
-  *clen = (nvec + n - 1) / n;
-  *nch = (nvec + *clen - 1) / *clen;
-}
-
 /* The smallest power-of-two block (at least 64, at most cap) whose threads
  * cache `cols` elements at ept each. */
 static int ln_threads(int64_t cols, int ept, int cap) {
@@ -1124,7 +1108,7 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
   }
   const int64_t nvec = cols / VEC;
   int64_t nch, clen;
-  ln_split_plan(bk_cu(ctx)->sm_count, rows, cols, nvec, &nch, &clen);
+  bk_cuda_split_plan(bk_cu(ctx)->sm_count, rows, cols, nvec, &nch, &clen);
   if (nch > 1) {
     const int64_t units = rows * nch;
     void *scratch = NULL;
@@ -1241,7 +1225,7 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
      * blocks by 256-vector column tiles; about four tiles per
      * multiprocessor. */
     int64_t nch, clen;
-    ln_split_plan(sm, rows, cols, nvec, &nch, &clen);
+    bk_cuda_split_plan(sm, rows, cols, nvec, &nch, &clen);
     const int64_t tiles = (nvec + 255) / 256;
     nb = (4 * sm + tiles - 1) / tiles;
     if (nb > rows) nb = rows;

@@ -732,9 +732,6 @@ static __global__ void __launch_bounds__(256, sizeof(T) == 4 && K <= 4 ? 4 : 0)
 
 /* ---- launchers ----------------------------------------------------------------------- */
 
-/* Chunks of at least this many elements when few long rows are split. */
-static const int64_t RW_MIN_CHUNK = 4096;
-
 /* Narrow rows in lane groups of G: one warp per 32/G rows, eight warps a
  * block, at most 32 blocks per SM (the warps then loop over the rest). */
 template <typename T, int VEC, int OP, int G>
@@ -755,12 +752,9 @@ static bk_status rows_reduce_launch(bk_context *ctx, const char *fn, const T *x,
   cudaStream_t stream = bk_stream(ctx);
   const int64_t sm = bk_cu(ctx)->sm_count;
   const int64_t nvec = cols / VEC;
-  if (rows < 2 * sm && cols >= 2 * RW_MIN_CHUNK) {
-    int64_t nch = (4 * sm + rows - 1) / rows;
-    const int64_t max_nch = cols / RW_MIN_CHUNK;
-    if (nch > max_nch) nch = max_nch;
-    const int64_t clen = (nvec + nch - 1) / nch;
-    nch = (nvec + clen - 1) / clen;
+  int64_t nch, clen;
+  bk_cuda_split_plan(sm, rows, cols, nvec, &nch, &clen);
+  if (nch > 1) {
     const int64_t units = rows * nch;
     void *scratch = NULL;
     bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(A), &scratch);

@@ -780,10 +780,6 @@ static __global__ void __launch_bounds__(256)
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
-/* Blocks for a grid-stride loop over `units` independent work units. */
-/* Chunks of at least this many elements in the split path. */
-static const int64_t SM_MIN_CHUNK = 4096;
-
 template <typename T, int VEC, bool MASKED>
 static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x, const T *mask,
                                      T *y, int64_t rows, int64_t cols) {
@@ -810,14 +806,11 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
     return bk__cuda_launched(fn, "softmax_rows_narrow_kernel");
   }
 
-  if (rows < 2 * sm && cols >= 2 * SM_MIN_CHUNK) {
+  int64_t nch, clen;
+  bk_cuda_split_plan(sm, rows, cols, nvec, &nch, &clen);
+  if (nch > 1) {
     /* Few long rows: enough chunks per row to give every multiprocessor
-     * about four blocks, none shorter than SM_MIN_CHUNK elements. */
-    int64_t nch = (4 * sm + rows - 1) / rows;
-    const int64_t max_nch = cols / SM_MIN_CHUNK;
-    if (nch > max_nch) nch = max_nch;
-    const int64_t clen = (nvec + nch - 1) / nch;
-    nch = (nvec + clen - 1) / clen;
+     * about four blocks, none shorter than BK_CUDA_MIN_CHUNK elements. */
     const int64_t units = rows * nch;
     void *scratch = NULL;
     bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(sm_stat), &scratch);

@@ -1024,22 +1024,6 @@ static __global__ void __launch_bounds__(XE_CT_THREADS, xe_traits<T>::ct_blocks)
 
 /* ---- launchers ---------------------------------------------------------------------------- */
 
-/* Chunks of at least this many elements when few long rows are split. */
-static const int64_t XE_MIN_CHUNK = 4096;
-
-/* The chunking of the split path, or nch = 0 when rows are many or short. */
-static void xe_split_plan(int64_t sm, int64_t rows, int64_t cols, int64_t nvec, int64_t *nch,
-                          int64_t *clen) {
-  *nch = 0;
-  *clen = 0;
-  if (rows >= 2 * sm || cols < 2 * XE_MIN_CHUNK) return;
-  int64_t n = (4 * sm + rows - 1) / rows;
-  const int64_t max_n = cols / XE_MIN_CHUNK;
-  if (n > max_n) n = max_n;
-  *clen = (nvec + n - 1) / n;
-  *nch = (nvec + *clen - 1) / *clen;
-}
-
 /* Threads of a block-per-row kernel: about eight vectors per thread, at
  * most 512 threads so that two blocks share a multiprocessor. */
 static int xe_block_threads(int64_t nvec) {
@@ -1126,10 +1110,10 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
   const int64_t sm = bk_cu(ctx)->sm_count;
   const int64_t nvec = cols / VEC;
   int64_t nch, clen;
-  xe_split_plan(sm, rows, cols, nvec, &nch, &clen);
+  bk_cuda_split_plan(sm, rows, cols, nvec, &nch, &clen);
   void *scratch = NULL;
   bk_status st;
-  if (nch > 0) {
+  if (nch > 1) {
     const int64_t units = rows * nch;
     const size_t stat_bytes = (size_t)units * sizeof(xe_stat);
     st = bk__cuda_scratch(ctx, stat_bytes + (size_t)rows * sizeof(double), &scratch);
@@ -1183,8 +1167,8 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
   const int64_t sm = bk_cu(ctx)->sm_count;
   const int64_t nvec = cols / VEC;
   int64_t nch, clen;
-  xe_split_plan(sm, rows, cols, nvec, &nch, &clen);
-  if (nch > 0) {
+  bk_cuda_split_plan(sm, rows, cols, nvec, &nch, &clen);
+  if (nch > 1) {
     const int64_t units = rows * nch;
     void *scratch = NULL;
     bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(xe_stat), &scratch);
