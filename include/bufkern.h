@@ -319,7 +319,9 @@ BK_API BK_NODISCARD bk_status bk_softmax(bk_context *ctx, const bk_buffer *x, co
  * float64 for both dtypes. In the recomputed term a zero factor times an
  * infinite one is 0, so a zero weight contributes exactly 0 even against a
  * -inf logit; a positive weight on a -inf logit gives +inf; a NaN anywhere in
- * a row gives NaN, whatever its weights.
+ * a row gives NaN, whatever its weights. On CUDA, float64 exponentials of
+ * arguments with |x| < 708 come from the library's own table-and-polynomial
+ * exp (within 1.5 ulp of the exact value), the rest from CUDA's exp.
  */
 BK_API BK_NODISCARD bk_status bk_xent_weighted_mean(bk_context *ctx, const bk_buffer *logits,
                                                     const bk_buffer *weights, int64_t rows,
@@ -335,7 +337,11 @@ BK_API BK_NODISCARD bk_status bk_xent_weighted_mean(bk_context *ctx, const bk_bu
  * is BK_ERR_INVALID_ARGUMENT. A teacher probability of exactly 0 contributes
  * 0 even where the student logit is -inf, so entries masked to -inf in both
  * operands drop out (the loss stays finite, their gradient is +0); a student
- * -inf where the teacher has mass gives +inf; NaN propagates.
+ * -inf where the teacher has mass gives +inf; NaN propagates. Sums
+ * accumulate in float64; on CUDA the loss of float32 data first sums its
+ * terms in groups of at most eight in float32 (the terms of a group share
+ * one sign, so each group is within a few float32 roundings), and float64
+ * exponentials are computed as for bk_xent_weighted_mean.
  */
 BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *student,
                                               const bk_buffer *teacher, int64_t rows,

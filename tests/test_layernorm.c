@@ -152,6 +152,10 @@ static const shape shapes[] = {
      * grid (blocks with one row more than others), one row per block, and
      * threads with unequal vector counts. */
     {1001, 4096, 0, 1e-5}, {3, 4096, 0, 1e-5},   {1001, 516, 0, 1e-5},
+    /* The same kernel with the last thread one vector short (4092), thread
+     * 0 one vector more than the others (2052), and blocks of 3 and 4 rows
+     * (1300 x 4096 at 396 blocks). */
+    {1001, 4092, 0, 1e-5}, {1001, 2052, 0, 1e-5}, {1300, 4096, 0, 1e-5},
 };
 
 static void random_case(bk_dtype dt, const shape *sh, uint64_t seed) {
@@ -253,6 +257,20 @@ static void random_cases(void) {
   for (int d = 0; d < TL_DTYPES; d++)
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
       random_case(tl_dtypes[d], &shapes[s], 100 + s);
+}
+
+/* CUDA only (too large for the host backend's quick run): the float32
+ * backward with tens of rows per block (10007 x 2052), so the column
+ * partials of every block fold many rows; rows are not a multiple of the
+ * grid. */
+static const shape gpu_shapes[] = {
+    {10007, 2052, 0, 1e-5},
+};
+
+static void gpu_cases(void) {
+  if (tl_dev.kind != BK_DEVICE_CUDA) return;
+  for (size_t s = 0; s < sizeof gpu_shapes / sizeof gpu_shapes[0]; s++)
+    random_case(BK_F32, &gpu_shapes[s], 900 + s);
 }
 
 /* Wide rows holding NaN (row 0, in a late slice) or +inf (row 2) give NaN
@@ -602,6 +620,7 @@ int main(void) {
   if (!tl_init()) return 0;
   TL_RUN(examples);
   TL_RUN(random_cases);
+  TL_RUN(gpu_cases);
   TL_RUN(wide_nonfinite);
   TL_RUN(finite_differences);
   TL_RUN(empty);

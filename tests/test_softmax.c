@@ -207,6 +207,55 @@ static void softmax_special_fibres(void) {
   }
 }
 
+/* Middle-axis shapes aimed at the CUDA shared-memory tile kernel: fibres
+ * at and one past the tile size limits (1024, 2048 and 3072 float32 rows,
+ * 1536 float64), partial last tiles, and more tiles than resident blocks,
+ * in a count that is not a multiple of the grid. The large shapes run on
+ * GPU contexts only, to keep the CPU run quick. */
+static void softmax_midaxis_tiles(void) {
+  static const struct {
+    int64_t dims[3];
+    int gpu_only;
+  } shapes[] = {
+      {{100, 8, 700}, 0},   /* 2200 tiles of 32 columns, the last 28 wide */
+      {{7, 1024, 100}, 0},  /* 32 KB tiles: 8 float32 / 4 float64 columns, partial last */
+      {{3, 1025, 24}, 0},   {{2, 2048, 8}, 0},   {{2, 2049, 8}, 0},
+      {{2, 3072, 8}, 0},    {{1, 3073, 8}, 0},   {{1, 1537, 8}, 0},
+      {{3, 1024, 1000}, 1}, /* 189 tiles of 16 float32 columns, the last 8 wide */
+      {{8, 1024, 1004}, 1}, /* 504 to 2008 tiles: several per resident block */
+  };
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      if (shapes[s].gpu_only && tl_dev.kind == BK_DEVICE_CPU) continue;
+      const int64_t *dims = shapes[s].dims;
+      const int64_t n = dims[0] * dims[1] * dims[2];
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(400 + s);
+      for (int64_t i = 0; i < n; i++) x[i] = 4 * tl_randn();
+      /* A tie and a -inf entry in the first fibre, -inf in the last. */
+      x[dims[2]] = x[0];
+      x[2 * dims[2]] = -INFINITY;
+      x[n - 1] = -INFINITY;
+      tl_round(dt, x, n);
+      softmax_ref(x, ref, dims, 3, 1);
+      bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
+      if (TL_OK(bk_softmax(tl_ctx, b, dims, 3, 1, &y)) == BK_OK) {
+        TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
+        if (TL_OK(bk_softmax(tl_ctx, b, dims, 3, 1, &y2)) == BK_OK)
+          TL_CHECK(tl_same_bits(y, y2), "softmax %" PRId64 "x%" PRId64 "x%" PRId64
+                   " is not deterministic", dims[0], dims[1], dims[2]);
+      }
+      bk_buffer_release(y);
+      bk_buffer_release(y2);
+      TL_UNCHANGED(b, x, n);
+      bk_buffer_release(b);
+      free(x);
+      free(ref);
+    }
+  }
+}
+
 /* Determinism on the context under test, on a tensor large enough to run
  * in parallel. */
 static void softmax_determinism(void) {
@@ -337,6 +386,7 @@ int main(void) {
   TL_RUN(softmax_ieee);
   TL_RUN(softmax_random);
   TL_RUN(softmax_special_fibres);
+  TL_RUN(softmax_midaxis_tiles);
   TL_RUN(softmax_determinism);
   TL_RUN(softmax_max_rank);
   TL_RUN(softmax_empty);

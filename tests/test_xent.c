@@ -447,7 +447,7 @@ static double ref_teacher_literal(const double *S, const double *T, int64_t rows
  * a middle and the last column (so in the first, a middle and the last
  * block of a cluster). */
 enum { WIDE_PLAIN, WIDE_MASKED, WIDE_STUDENT_NEG_INF, WIDE_TEACHER_NAN, WIDE_STUDENT_POS_INF,
-       WIDE_TEACHER_ALL_NEG_INF, WIDE_KINDS };
+       WIDE_TEACHER_ALL_NEG_INF, WIDE_KINDS, WIDE_LATE_MAX = WIDE_KINDS, WIDE_ASCENDING };
 
 static void wide_case(bk_dtype dt, int64_t rows, int64_t cols, int kind) {
   const double inf = INFINITY;
@@ -459,9 +459,26 @@ static void wide_case(bk_dtype dt, int64_t rows, int64_t cols, int kind) {
     S[i] = 3 * tl_randn();
     T[i] = 2 * tl_randn();
   }
+  /* Maxima that rise late in a row, in both operands, by 100 (float32) or
+   * 700 (float64: the earlier terms fall near the end of exp's range): one
+   * jump in the last quarter of every third row, and ascending rows, so the
+   * online statistics rescale late and in nearly every batch. */
+  const double jump = dt == BK_F64 ? 700 : 100;
+  for (int64_t r = 0; r < rows && kind >= WIDE_LATE_MAX; r++) {
+    if (kind == WIDE_LATE_MAX && r % 3 == 0) {
+      const int64_t c = cols - 1 - (r * 7) % (cols / 4);
+      S[r * cols + c] += jump;
+      T[r * cols + (c + cols - 5) % cols] += jump;
+    }
+    if (kind == WIDE_ASCENDING && r % 2 == 1)
+      for (int64_t c = 0; c < cols; c++) {
+        S[r * cols + c] += jump * 3.0 * (double)c / (double)cols;
+        T[r * cols + c] += jump * 2.5 * (double)c / (double)cols;
+      }
+  }
   const int64_t at[3] = {0, cols / 2 + 1, cols - 1};
   const int64_t special_rows[2] = {1, rows - 2};
-  for (int k = 0; k < 2 && kind != WIDE_PLAIN; k++) {
+  for (int k = 0; k < 2 && kind != WIDE_PLAIN && kind < WIDE_KINDS; k++) {
     const int64_t r = special_rows[k];
     if (kind == WIDE_TEACHER_ALL_NEG_INF) {
       for (int64_t c = 0; c < cols; c++) T[r * cols + c] = -inf;
@@ -539,6 +556,20 @@ static void teacher_wide(void) {
   }
 }
 
+/* Rows whose maxima rise late and far, plus the special values on the same
+ * shape (at least 2 rows per multiprocessor and 1024 columns: the
+ * block-per-row paths). */
+static void teacher_late_max(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    wide_case(dt, 300, 2048, WIDE_LATE_MAX);
+    wide_case(dt, 300, 2052, WIDE_ASCENDING);
+    wide_case(dt, 300, 1540, WIDE_PLAIN);
+    if (tl_dev.kind != BK_DEVICE_CUDA) continue;
+    for (int kind = WIDE_MASKED; kind < WIDE_KINDS; kind++) wide_case(dt, 300, 2048, kind);
+  }
+}
+
 /* Every allocation the calls make fails in turn: BK_ERR_OUT_OF_MEMORY, out
  * NULL, no buffer left behind. */
 static void xent_alloc_failures(void) {
@@ -579,6 +610,7 @@ int main(void) {
   TL_RUN(teacher_empty);
   TL_RUN(teacher_errors);
   TL_RUN(teacher_wide);
+  TL_RUN(teacher_late_max);
   TL_RUN(xent_alloc_failures);
   return tl_finish();
 }
