@@ -170,47 +170,47 @@ static double median(double *v, int n) {
 
 /* ---- calls: one public primitive each, outputs released at once ---------------- */
 
-static bk_status call_softmax(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_softmax(b->ctx, in[0], c->dims, c->rank, c->axis, &y);
-  bk_buffer_release(y);
-  return st;
-}
+/* A call of a primitive with one output y, released at once. */
+#define BENCH_CALL1(name, call)                                            \
+  static bk_status name(bench *b, const bcase *c, bk_buffer *const *in) { \
+    bk_buffer *y = NULL;                                                   \
+    bk_status st = (call);                                                 \
+    (void)c;                                                               \
+    (void)in;                                                              \
+    bk_buffer_release(y);                                                  \
+    return st;                                                             \
+  }
 
-static bk_status call_masked_softmax(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_rows_masked_softmax(b->ctx, in[0], in[1], c->rows, c->cols, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_rows_sum(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_rows_sum(b->ctx, in[0], c->rows, c->cols, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_rows_max(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_rows_max(b->ctx, in[0], c->rows, c->cols, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_first_max(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_rows_first_max_mask(b->ctx, in[0], c->rows, c->cols, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_topk(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_rows_topk_mask(b->ctx, in[0], c->rows, c->cols, c->k, &y);
-  bk_buffer_release(y);
-  return st;
-}
+BENCH_CALL1(call_softmax, bk_softmax(b->ctx, in[0], c->dims, c->rank, c->axis, &y))
+BENCH_CALL1(call_masked_softmax,
+            bk_rows_masked_softmax(b->ctx, in[0], in[1], c->rows, c->cols, &y))
+BENCH_CALL1(call_rows_sum, bk_rows_sum(b->ctx, in[0], c->rows, c->cols, &y))
+BENCH_CALL1(call_rows_max, bk_rows_max(b->ctx, in[0], c->rows, c->cols, &y))
+BENCH_CALL1(call_first_max, bk_rows_first_max_mask(b->ctx, in[0], c->rows, c->cols, &y))
+BENCH_CALL1(call_topk, bk_rows_topk_mask(b->ctx, in[0], c->rows, c->cols, c->k, &y))
+BENCH_CALL1(call_bmm, bk_bmm(b->ctx, in[0], in[1], c->batch, c->m, c->n, c->p, c->ta, c->tb, &y))
+BENCH_CALL1(call_rfft, bk_rfft(b->ctx, in[0], c->batch, c->n, &y))
+BENCH_CALL1(call_irfft, bk_irfft(b->ctx, in[0], c->batch, c->n, &y))
+BENCH_CALL1(call_scan, bk_scan_diag(b->ctx, in[0], in[1], in[2], in[3], c->rows, c->cols, &y))
+BENCH_CALL1(call_scan_var,
+            bk_scan_diag_var(b->ctx, in[0], in[1], in[2], in[3], c->rows, c->cols, &y))
+BENCH_CALL1(call_broadcast_to,
+            bk_broadcast_to(b->ctx, in[0], c->dims, c->rank, c->dims2, c->rank2, c->map, &y))
+BENCH_CALL1(call_broadcast_adj, bk_broadcast_to_adjoint(b->ctx, in[0], c->dims, c->rank, c->dims2,
+                                                        c->rank2, c->map, &y))
+BENCH_CALL1(call_broadcast_col, bk_broadcast_col(b->ctx, in[0], c->rows, c->cols, &y))
+BENCH_CALL1(call_swap, bk_swap_adjacent(b->ctx, in[0], c->dims, c->rank, c->axis, &y))
+BENCH_CALL1(call_sum_axis, bk_sum_axis(b->ctx, in[0], c->dims, c->rank, c->axis, &y))
+BENCH_CALL1(call_gather, bk_rows_gather(b->ctx, in[0], c->rows, c->cols, c->idx, c->k, &y))
+BENCH_CALL1(call_scatter,
+            bk_rows_scatter_add(b->ctx, in[0], in[1], c->rows, c->cols, c->idx, c->k, &y))
+BENCH_CALL1(call_concat, bk_vec_concat(b->ctx, in[0], in[1], c->n, c->m, &y))
+BENCH_CALL1(call_slice, bk_vec_slice(b->ctx, in[0], c->n, c->m, c->p, &y))
+BENCH_CALL1(call_conv, bk_conv(b->ctx, in[0], in[1], NULL, c->conv_in, c->conv_rank, c->conv_k,
+                               c->conv_sr, c->stride, c->pad_b, c->pad_a, c->dil, c->groups, &y))
+BENCH_CALL1(call_xent_wm, bk_xent_weighted_mean(b->ctx, in[0], in[1], c->rows, c->cols, &y))
+BENCH_CALL1(call_xent_teacher,
+            bk_xent_teacher(b->ctx, in[0], in[1], c->rows, c->cols, c->axis, &y))
 
 static bk_status call_ln_fwd(bench *b, const bcase *c, bk_buffer *const *in) {
   bk_buffer *y = NULL, *nrm = NULL, *inv = NULL;
@@ -232,46 +232,11 @@ static bk_status call_ln_bwd(bench *b, const bcase *c, bk_buffer *const *in) {
   return st;
 }
 
-static bk_status call_bmm(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_bmm(b->ctx, in[0], in[1], c->batch, c->m, c->n, c->p, c->ta, c->tb, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
 static bk_status call_bmm_scaled(bench *b, const bcase *c, bk_buffer *const *in) {
   bk_buffer *y = NULL;
   int flag = 0;
   bk_status st = bk_bmm_scaled(b->ctx, in[0], in[1], c->batch, c->m, c->n, c->p, c->ta, c->tb,
                                c->scale, &y, &flag);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_rfft(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_rfft(b->ctx, in[0], c->batch, c->n, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_irfft(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_irfft(b->ctx, in[0], c->batch, c->n, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_scan(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_scan_diag(b->ctx, in[0], in[1], in[2], in[3], c->rows, c->cols, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_scan_var(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_scan_diag_var(b->ctx, in[0], in[1], in[2], in[3], c->rows, c->cols, &y);
   bk_buffer_release(y);
   return st;
 }
@@ -296,93 +261,6 @@ static bk_status call_scan_var_bwd(bench *b, const bcase *c, bk_buffer *const *i
   bk_buffer_release(dB);
   bk_buffer_release(dX);
   bk_buffer_release(dh0);
-  return st;
-}
-
-static bk_status call_broadcast_to(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st =
-      bk_broadcast_to(b->ctx, in[0], c->dims, c->rank, c->dims2, c->rank2, c->map, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_broadcast_adj(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st =
-      bk_broadcast_to_adjoint(b->ctx, in[0], c->dims, c->rank, c->dims2, c->rank2, c->map, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_broadcast_col(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_broadcast_col(b->ctx, in[0], c->rows, c->cols, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_swap(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_swap_adjacent(b->ctx, in[0], c->dims, c->rank, c->axis, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_sum_axis(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_sum_axis(b->ctx, in[0], c->dims, c->rank, c->axis, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_gather(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_rows_gather(b->ctx, in[0], c->rows, c->cols, c->idx, c->k, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_scatter(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_rows_scatter_add(b->ctx, in[0], in[1], c->rows, c->cols, c->idx, c->k, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_concat(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_vec_concat(b->ctx, in[0], in[1], c->n, c->m, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_slice(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_vec_slice(b->ctx, in[0], c->n, c->m, c->p, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_conv(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_conv(b->ctx, in[0], in[1], NULL, c->conv_in, c->conv_rank, c->conv_k,
-                         c->conv_sr, c->stride, c->pad_b, c->pad_a, c->dil, c->groups, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_xent_wm(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_xent_weighted_mean(b->ctx, in[0], in[1], c->rows, c->cols, &y);
-  bk_buffer_release(y);
-  return st;
-}
-
-static bk_status call_xent_teacher(bench *b, const bcase *c, bk_buffer *const *in) {
-  bk_buffer *y = NULL;
-  bk_status st = bk_xent_teacher(b->ctx, in[0], in[1], c->rows, c->cols, c->axis, &y);
-  bk_buffer_release(y);
   return st;
 }
 
