@@ -224,6 +224,21 @@ static void first_max_ref(const double *x, double *ref, int64_t rows, int64_t co
   }
 }
 
+/* First-max mask of b (held values h) against the reference, exact, and a
+ * second run with the same bits; ref receives the reference mask. */
+static void first_max_check(const bk_buffer *b, const double *h, double *ref, int64_t rows,
+                            int64_t cols) {
+  bk_buffer *y = NULL, *y2 = NULL;
+  first_max_ref(h, ref, rows, cols);
+  if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y)) == BK_OK) {
+    TL_BUF_EXACT(y, ref, rows * cols);
+    if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y2)) == BK_OK)
+      TL_CHECK(tl_same_bits(y, y2), "first_max_mask is not deterministic");
+  }
+  bk_buffer_release(y);
+  bk_buffer_release(y2);
+}
+
 static void first_max_examples(void) {
   const double inf = INFINITY;
   for (int d = 0; d < TL_DTYPES; d++) {
@@ -262,17 +277,10 @@ static void first_max_random(void) {
         double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
         tl_seed(700 + s);
         fill_tricky(x, n, specials);
-        bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
+        bk_buffer *b = tl_buf(dt, x, n);
         double *h = held(b);
-        first_max_ref(h, ref, rows, cols);
-        if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y)) == BK_OK) {
-          TL_BUF_EXACT(y, ref, n);
-          if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y2)) == BK_OK)
-            TL_CHECK(tl_same_bits(y, y2), "first_max_mask is not deterministic");
-        }
+        first_max_check(b, h, ref, rows, cols);
         TL_UNCHANGED(b, h, n);
-        bk_buffer_release(y);
-        bk_buffer_release(y2);
         bk_buffer_release(b);
         free(h);
         free(x);
@@ -351,15 +359,8 @@ static void rows_narrow(void) {
         if (TL_OK(bk_rows_max(tl_ctx, b, rows, cols, &y)) == BK_OK) TL_BUF_EXACT(y, ref, rows);
         bk_buffer_release(y);
         y = NULL;
-        first_max_ref(h, ref, rows, cols);
-        if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y)) == BK_OK) {
-          TL_BUF_EXACT(y, ref, n);
-          if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y2)) == BK_OK)
-            TL_CHECK(tl_same_bits(y, y2), "first_max_mask is not deterministic");
-        }
+        first_max_check(b, h, ref, rows, cols);
         TL_UNCHANGED(b, h, n);
-        bk_buffer_release(y);
-        bk_buffer_release(y2);
         bk_buffer_release(b);
         free(h);
         free(x);
