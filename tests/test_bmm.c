@@ -44,6 +44,14 @@ static void transpose(const double *x, double *t, int64_t batch, int64_t r, int6
 
 /* ---- bk_bmm --------------------------------------------------------------------- */
 
+/* bk_bmm of a and b with the geometry given: exactly want (len values). */
+static void bmm_exact(const bk_buffer *a, const bk_buffer *b, int64_t batch, int64_t m, int64_t n,
+                      int64_t p, int ta, int tb, const double *want, int64_t len) {
+  bk_buffer *y = NULL;
+  if (TL_OK(bk_bmm(tl_ctx, a, b, batch, m, n, p, ta, tb, &y)) == BK_OK) TL_BUF_EXACT(y, want, len);
+  bk_buffer_release(y);
+}
+
 /* A small exact case through all four stored layouts: two batches. */
 static void bmm_examples(void) {
   const double A[] = {1, 2, 3, 4, 5, 6, /* (2, 3) */ -1, 0, 2, 0.5, 1, -3};
@@ -56,9 +64,8 @@ static void bmm_examples(void) {
     bk_dtype dt = tl_dtypes[d];
     for (int ta = 0; ta < 2; ta++)
       for (int tb = 0; tb < 2; tb++) {
-        bk_buffer *a = tl_buf(dt, ta ? At : A, 12), *b = tl_buf(dt, tb ? Bt : B, 12), *y = NULL;
-        if (TL_OK(bk_bmm(tl_ctx, a, b, 2, 2, 3, 2, ta, tb, &y)) == BK_OK) TL_BUF_EXACT(y, C, 8);
-        bk_buffer_release(y);
+        bk_buffer *a = tl_buf(dt, ta ? At : A, 12), *b = tl_buf(dt, tb ? Bt : B, 12);
+        bmm_exact(a, b, 2, 2, 3, 2, ta, tb, C, 8);
         bk_buffer_release(a);
         bk_buffer_release(b);
       }
@@ -72,39 +79,82 @@ static const int64_t bmm_shapes[][4] = {{1, 1, 1, 1},    {2, 3, 5, 4},    {3, 17
                                         {2, 70, 300, 130}, {1, 5, 2000, 3}, {7, 9, 8, 65}};
 #define BMM_SHAPES (sizeof bmm_shapes / sizeof bmm_shapes[0])
 
+/* A random case of one shape: host operands A (la values), B (lb), room
+ * for the reference C (lc) and the operands' buffers a, b. */
+typedef struct {
+  int64_t batch, m, n, p, la, lb, lc;
+  double *A, *B, *C;
+  bk_buffer *a, *b;
+} bmm_case;
+
+static void bmm_case_new(bmm_case *c, const int64_t shape[4]) {
+  c->batch = shape[0];
+  c->m = shape[1];
+  c->n = shape[2];
+  c->p = shape[3];
+  c->la = c->batch * c->m * c->n;
+  c->lb = c->batch * c->n * c->p;
+  c->lc = c->batch * c->m * c->p;
+  c->A = tl_xmalloc((size_t)c->la * sizeof *c->A);
+  c->B = tl_xmalloc((size_t)c->lb * sizeof *c->B);
+  c->C = tl_xmalloc((size_t)c->lc * sizeof *c->C);
+  c->a = c->b = NULL;
+}
+
+/* Fills A with N(0, 1) and B with N(0, 1), or uniform on [-2, 3) when
+ * uniform_b, from `seed`, rounds both to dt and makes their buffers; C
+ * receives op(A) op(B) for the layout and the result is its scale. */
+static double bmm_case_fill(bmm_case *c, bk_dtype dt, uint64_t seed, int uniform_b, int ta,
+                            int tb) {
+  tl_seed(seed);
+  tl_fill_randn(c->A, c->la);
+  if (uniform_b)
+    tl_fill_uniform(c->B, c->lb, -2, 3);
+  else
+    tl_fill_randn(c->B, c->lb);
+  tl_round(dt, c->A, c->la);
+  tl_round(dt, c->B, c->lb);
+  c->a = tl_buf(dt, c->A, c->la);
+  c->b = tl_buf(dt, c->B, c->lb);
+  return ref_bmm(c->A, c->B, c->C, c->batch, c->m, c->n, c->p, ta, tb);
+}
+
+/* The operands' buffers must still hold A and B; releases them. */
+static void bmm_case_release(bmm_case *c) {
+  TL_UNCHANGED(c->a, c->A, c->la);
+  TL_UNCHANGED(c->b, c->B, c->lb);
+  bk_buffer_release(c->a);
+  bk_buffer_release(c->b);
+  c->a = c->b = NULL;
+}
+
+static void bmm_case_free(bmm_case *c) {
+  free(c->A);
+  free(c->B);
+  free(c->C);
+}
+
 static void bmm_random(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t s = 0; s < BMM_SHAPES; s++) {
-      const int64_t batch = bmm_shapes[s][0], m = bmm_shapes[s][1], n = bmm_shapes[s][2],
-                    p = bmm_shapes[s][3];
-      const int64_t la = batch * m * n, lb = batch * n * p, lc = batch * m * p;
-      double *A = tl_xmalloc((size_t)la * sizeof *A), *B = tl_xmalloc((size_t)lb * sizeof *B);
-      double *C = tl_xmalloc((size_t)lc * sizeof *C);
+      bmm_case c;
+      bmm_case_new(&c, bmm_shapes[s]);
+      const int64_t batch = c.batch, m = c.m, n = c.n, p = c.p;
       for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
-          tl_seed(1000 + 10 * s + 2 * ta + tb);
-          tl_fill_randn(A, la);
-          tl_fill_uniform(B, lb, -2, 3);
-          tl_round(dt, A, la);
-          tl_round(dt, B, lb);
-          const double scale = ref_bmm(A, B, C, batch, m, n, p, ta, tb);
-          bk_buffer *a = tl_buf(dt, A, la), *b = tl_buf(dt, B, lb), *y = NULL, *y2 = NULL;
-          if (TL_OK(bk_bmm(tl_ctx, a, b, batch, m, n, p, ta, tb, &y)) == BK_OK) {
-            TL_BUF_CLOSE(y, C, lc, tl_tol_contract(dt, (double)n), scale);
-            if (TL_OK(bk_bmm(tl_ctx, a, b, batch, m, n, p, ta, tb, &y2)) == BK_OK)
+          const double scale = bmm_case_fill(&c, dt, 1000 + 10 * s + 2 * ta + tb, 1, ta, tb);
+          bk_buffer *y = NULL, *y2 = NULL;
+          if (TL_OK(bk_bmm(tl_ctx, c.a, c.b, batch, m, n, p, ta, tb, &y)) == BK_OK) {
+            TL_BUF_CLOSE(y, c.C, c.lc, tl_tol_contract(dt, (double)n), scale);
+            if (TL_OK(bk_bmm(tl_ctx, c.a, c.b, batch, m, n, p, ta, tb, &y2)) == BK_OK)
               TL_CHECK(tl_same_bits(y, y2), "bmm is not deterministic");
           }
-          TL_UNCHANGED(a, A, la);
-          TL_UNCHANGED(b, B, lb);
           bk_buffer_release(y);
           bk_buffer_release(y2);
-          bk_buffer_release(a);
-          bk_buffer_release(b);
+          bmm_case_release(&c);
         }
-      free(A);
-      free(B);
-      free(C);
+      bmm_case_free(&c);
     }
   }
 }
@@ -115,22 +165,14 @@ static void bmm_empty(void) {
   const double zeros[12] = {0};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
-    bk_buffer *e = tl_buf(dt, NULL, 0), *f = tl_buf(dt, v, 24), *y = NULL;
+    bk_buffer *e = tl_buf(dt, NULL, 0), *f = tl_buf(dt, v, 24);
     /* n == 0: (batch, m, p) zeros, for every layout. */
-    for (int t = 0; t < 4; t++) {
-      if (TL_OK(bk_bmm(tl_ctx, e, e, 2, 3, 0, 2, t & 1, t >> 1, &y)) == BK_OK)
-        TL_BUF_EXACT(y, zeros, 12);
-      bk_buffer_release(y);
-    }
+    for (int t = 0; t < 4; t++) bmm_exact(e, e, 2, 3, 0, 2, t & 1, t >> 1, zeros, 12);
     /* batch, m or p zero: an empty result, whatever the other operand holds. */
-    if (TL_OK(bk_bmm(tl_ctx, e, e, 0, 3, 4, 2, 0, 0, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    if (TL_OK(bk_bmm(tl_ctx, e, f, 2, 0, 3, 4, 0, 1, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    if (TL_OK(bk_bmm(tl_ctx, f, e, 2, 4, 3, 0, 1, 0, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    if (TL_OK(bk_bmm(tl_ctx, e, e, 0, 0, 0, 0, 1, 1, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
+    bmm_exact(e, e, 0, 3, 4, 2, 0, 0, NULL, 0);
+    bmm_exact(e, f, 2, 0, 3, 4, 0, 1, NULL, 0);
+    bmm_exact(f, e, 2, 4, 3, 0, 1, 0, NULL, 0);
+    bmm_exact(e, e, 0, 0, 0, 0, 1, 1, NULL, 0);
     bk_buffer_release(e);
     bk_buffer_release(f);
   }
@@ -252,45 +294,33 @@ static void scaled_random(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t s = 0; s < BMM_SHAPES; s++) {
-      const int64_t batch = bmm_shapes[s][0], m = bmm_shapes[s][1], n = bmm_shapes[s][2],
-                    p = bmm_shapes[s][3];
-      const int64_t la = batch * m * n, lb = batch * n * p, lc = batch * m * p;
-      double *A = tl_xmalloc((size_t)la * sizeof *A), *B = tl_xmalloc((size_t)lb * sizeof *B);
-      double *C = tl_xmalloc((size_t)lc * sizeof *C);
+      bmm_case c;
+      bmm_case_new(&c, bmm_shapes[s]);
+      const int64_t batch = c.batch, m = c.m, n = c.n, p = c.p;
       const double scale = 1.0 / sqrt((double)n);
       for (int t = 0; t < 4; t++) {
         const int ta = t & 1, tb = t >> 1;
-        tl_seed(2000 + 10 * s + t);
-        tl_fill_randn(A, la);
-        tl_fill_randn(B, lb);
-        tl_round(dt, A, la);
-        tl_round(dt, B, lb);
-        const double mag = ref_bmm(A, B, C, batch, m, n, p, ta, tb);
+        const double mag = bmm_case_fill(&c, dt, 2000 + 10 * s + t, 0, ta, tb);
         int tiny = 0;
-        for (int64_t i = 0; i < lc; i++) {
-          C[i] *= scale;
-          if (fabs(C[i]) < (dt == BK_F32 ? FLT_MIN : DBL_MIN)) tiny = 1;
+        for (int64_t i = 0; i < c.lc; i++) {
+          c.C[i] *= scale;
+          if (fabs(c.C[i]) < (dt == BK_F32 ? FLT_MIN : DBL_MIN)) tiny = 1;
         }
-        bk_buffer *a = tl_buf(dt, A, la), *b = tl_buf(dt, B, lb), *y = NULL, *y2 = NULL;
+        bk_buffer *y = NULL, *y2 = NULL;
         int flag = -1, flag2 = -1;
-        if (TL_OK(bk_bmm_scaled(tl_ctx, a, b, batch, m, n, p, ta, tb, scale, &y, &flag)) ==
+        if (TL_OK(bk_bmm_scaled(tl_ctx, c.a, c.b, batch, m, n, p, ta, tb, scale, &y, &flag)) ==
             BK_OK) {
           TL_CHECK(flag == tiny, "flag %d, expected %d", flag, tiny);
-          TL_BUF_CLOSE(y, C, lc, tl_tol_contract(dt, (double)n), mag * scale);
-          if (TL_OK(bk_bmm_scaled(tl_ctx, a, b, batch, m, n, p, ta, tb, scale, &y2, &flag2)) ==
+          TL_BUF_CLOSE(y, c.C, c.lc, tl_tol_contract(dt, (double)n), mag * scale);
+          if (TL_OK(bk_bmm_scaled(tl_ctx, c.a, c.b, batch, m, n, p, ta, tb, scale, &y2, &flag2)) ==
               BK_OK)
             TL_CHECK(tl_same_bits(y, y2) && flag == flag2, "bmm_scaled is not deterministic");
         }
-        TL_UNCHANGED(a, A, la);
-        TL_UNCHANGED(b, B, lb);
         bk_buffer_release(y);
         bk_buffer_release(y2);
-        bk_buffer_release(a);
-        bk_buffer_release(b);
+        bmm_case_release(&c);
       }
-      free(A);
-      free(B);
-      free(C);
+      bmm_case_free(&c);
     }
   }
 }
@@ -367,38 +397,32 @@ static void scaled_flags(void) {
   }
 }
 
+/* bk_bmm_scaled of a and b with the geometry given: exactly want (len
+ * values) and the flag want_flag; `what` names the case in messages. */
+static void scaled_exact(const bk_buffer *a, const bk_buffer *b, int64_t batch, int64_t m,
+                         int64_t n, int64_t p, int ta, int tb, double scale, const double *want,
+                         int64_t len, int want_flag, const char *what) {
+  bk_buffer *y = NULL;
+  int flag = -1;
+  if (TL_OK(bk_bmm_scaled(tl_ctx, a, b, batch, m, n, p, ta, tb, scale, &y, &flag)) == BK_OK) {
+    TL_BUF_EXACT(y, want, len);
+    TL_CHECK(flag == want_flag, "%s flag %d", what, flag);
+  }
+  bk_buffer_release(y);
+}
+
 static void scaled_empty(void) {
   const double v[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, NAN};
   const double zeros[6] = {0};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
-    bk_buffer *e = tl_buf(dt, NULL, 0), *f = tl_buf(dt, v, 12), *y = NULL;
-    int flag = -1;
+    bk_buffer *e = tl_buf(dt, NULL, 0), *f = tl_buf(dt, v, 12);
     /* n == 0 with a nonempty result: zeros, flagged (below smallest normal). */
-    if (TL_OK(bk_bmm_scaled(tl_ctx, e, e, 1, 2, 0, 3, 0, 1, 2.0, &y, &flag)) == BK_OK) {
-      TL_BUF_EXACT(y, zeros, 6);
-      TL_CHECK(flag == 1, "n == 0 flag %d", flag);
-    }
-    bk_buffer_release(y);
+    scaled_exact(e, e, 1, 2, 0, 3, 0, 1, 2.0, zeros, 6, 1, "n == 0");
     /* An empty result: flag 0, even beside an operand holding NaN. */
-    flag = -1;
-    if (TL_OK(bk_bmm_scaled(tl_ctx, e, e, 0, 2, 3, 2, 0, 0, 1.0, &y, &flag)) == BK_OK) {
-      TL_BUF_EXACT(y, NULL, 0);
-      TL_CHECK(flag == 0, "empty batch flag %d", flag);
-    }
-    bk_buffer_release(y);
-    flag = -1;
-    if (TL_OK(bk_bmm_scaled(tl_ctx, e, f, 1, 0, 3, 4, 0, 0, 1.0, &y, &flag)) == BK_OK) {
-      TL_BUF_EXACT(y, NULL, 0);
-      TL_CHECK(flag == 0, "empty m flag %d", flag);
-    }
-    bk_buffer_release(y);
-    flag = -1;
-    if (TL_OK(bk_bmm_scaled(tl_ctx, f, e, 1, 4, 3, 0, 1, 1, 1.0, &y, &flag)) == BK_OK) {
-      TL_BUF_EXACT(y, NULL, 0);
-      TL_CHECK(flag == 0, "empty p flag %d", flag);
-    }
-    bk_buffer_release(y);
+    scaled_exact(e, e, 0, 2, 3, 2, 0, 0, 1.0, NULL, 0, 0, "empty batch");
+    scaled_exact(e, f, 1, 0, 3, 4, 0, 0, 1.0, NULL, 0, 0, "empty m");
+    scaled_exact(f, e, 1, 4, 3, 0, 1, 1, 1.0, NULL, 0, 0, "empty p");
     bk_buffer_release(e);
     bk_buffer_release(f);
   }

@@ -172,20 +172,55 @@ typedef bk_status (*g_runner)(gcase *c, gout *o);
 
 #define CTX tl_ctx
 
-static bk_status r_softmax(gcase *c, gout *o) {
-  int64_t rank;
-  const int64_t *dims = g_ints(c, "dims", &rank);
-  bk_buffer *x = g_buf(c, "x");
-  int axis = (int)g_int(c, "axis");
+/* Call shapes several primitives share: a buffer and two or three int64
+ * sizes; two buffers and two sizes; a buffer, dims and an int. */
+typedef bk_status (*g_fn_x2)(bk_context *, const bk_buffer *, int64_t, int64_t, bk_buffer **);
+typedef bk_status (*g_fn_x3)(bk_context *, const bk_buffer *, int64_t, int64_t, int64_t,
+                             bk_buffer **);
+typedef bk_status (*g_fn_ab2)(bk_context *, const bk_buffer *, const bk_buffer *, int64_t,
+                              int64_t, bk_buffer **);
+typedef bk_status (*g_fn_dims)(bk_context *, const bk_buffer *, const int64_t *, int, int,
+                               bk_buffer **);
+
+/* fn(x, s1, s2) with the arguments labelled x, s1 and s2; one output. */
+static bk_status g_run_x2(gcase *c, gout *o, const char *x, const char *s1, const char *s2,
+                          g_fn_x2 fn) {
+  bk_buffer *b = g_buf(c, x);
+  int64_t v1 = g_int(c, s1), v2 = g_int(c, s2);
   o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_softmax(CTX, x, dims, (int)rank, axis, &o[0].buf);
+  return c->bad ? BK_ERR_NULL : fn(CTX, b, v1, v2, &o[0].buf);
 }
 
-static bk_status r_xent_weighted_mean(gcase *c, gout *o) {
-  bk_buffer *x = g_buf(c, "logits"), *w = g_buf(c, "weights");
-  int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols");
+static bk_status g_run_x3(gcase *c, gout *o, const char *x, const char *s1, const char *s2,
+                          const char *s3, g_fn_x3 fn) {
+  bk_buffer *b = g_buf(c, x);
+  int64_t v1 = g_int(c, s1), v2 = g_int(c, s2), v3 = g_int(c, s3);
   o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_xent_weighted_mean(CTX, x, w, rows, cols, &o[0].buf);
+  return c->bad ? BK_ERR_NULL : fn(CTX, b, v1, v2, v3, &o[0].buf);
+}
+
+static bk_status g_run_ab2(gcase *c, gout *o, const char *a, const char *b, const char *s1,
+                           const char *s2, g_fn_ab2 fn) {
+  bk_buffer *ba = g_buf(c, a), *bb = g_buf(c, b);
+  int64_t v1 = g_int(c, s1), v2 = g_int(c, s2);
+  o[0].label = "out";
+  return c->bad ? BK_ERR_NULL : fn(CTX, ba, bb, v1, v2, &o[0].buf);
+}
+
+/* fn(x, dims, rank, <the int labelled which>). */
+static bk_status g_run_dims(gcase *c, gout *o, const char *which, g_fn_dims fn) {
+  bk_buffer *x = g_buf(c, "x");
+  int64_t rank;
+  const int64_t *dims = g_ints(c, "dims", &rank);
+  int v = (int)g_int(c, which);
+  o[0].label = "out";
+  return c->bad ? BK_ERR_NULL : fn(CTX, x, dims, (int)rank, v, &o[0].buf);
+}
+
+static bk_status r_softmax(gcase *c, gout *o) { return g_run_dims(c, o, "axis", bk_softmax); }
+
+static bk_status r_xent_weighted_mean(gcase *c, gout *o) {
+  return g_run_ab2(c, o, "logits", "weights", "rows", "cols", bk_xent_weighted_mean);
 }
 
 static bk_status r_xent_teacher(gcase *c, gout *o) {
@@ -217,62 +252,41 @@ static bk_status r_conv(gcase *c, gout *o) {
 }
 
 static bk_status r_rows_sum(gcase *c, gout *o) {
-  bk_buffer *x = g_buf(c, "x");
-  int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_rows_sum(CTX, x, rows, cols, &o[0].buf);
+  return g_run_x2(c, o, "x", "rows", "cols", bk_rows_sum);
 }
 
 static bk_status r_rows_max(gcase *c, gout *o) {
-  bk_buffer *x = g_buf(c, "x");
-  int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_rows_max(CTX, x, rows, cols, &o[0].buf);
+  return g_run_x2(c, o, "x", "rows", "cols", bk_rows_max);
 }
 
 static bk_status r_rows_first_max_mask(gcase *c, gout *o) {
-  bk_buffer *x = g_buf(c, "x");
-  int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_rows_first_max_mask(CTX, x, rows, cols, &o[0].buf);
+  return g_run_x2(c, o, "x", "rows", "cols", bk_rows_first_max_mask);
 }
 
 static bk_status r_rows_topk_mask(gcase *c, gout *o) {
-  bk_buffer *x = g_buf(c, "x");
-  int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols"), k = g_int(c, "k");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_rows_topk_mask(CTX, x, rows, cols, k, &o[0].buf);
+  return g_run_x3(c, o, "x", "rows", "cols", "k", bk_rows_topk_mask);
 }
 
 static bk_status r_rows_masked_softmax(gcase *c, gout *o) {
-  bk_buffer *s = g_buf(c, "scores"), *m = g_buf(c, "mask");
-  int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_rows_masked_softmax(CTX, s, m, rows, cols, &o[0].buf);
+  return g_run_ab2(c, o, "scores", "mask", "rows", "cols", bk_rows_masked_softmax);
 }
 
 static bk_status r_vec_concat(gcase *c, gout *o) {
-  bk_buffer *a = g_buf(c, "a"), *b = g_buf(c, "b");
-  int64_t n = g_int(c, "n"), m = g_int(c, "m");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_vec_concat(CTX, a, b, n, m, &o[0].buf);
+  return g_run_ab2(c, o, "a", "b", "n", "m", bk_vec_concat);
 }
 
 static bk_status r_vec_slice(gcase *c, gout *o) {
-  bk_buffer *x = g_buf(c, "x");
-  int64_t n = g_int(c, "n"), start = g_int(c, "start"), len = g_int(c, "len");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_vec_slice(CTX, x, n, start, len, &o[0].buf);
+  return g_run_x3(c, o, "x", "n", "start", "len", bk_vec_slice);
 }
 
 static bk_status r_broadcast_col(gcase *c, gout *o) {
-  bk_buffer *v = g_buf(c, "vec");
-  int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_broadcast_col(CTX, v, rows, cols, &o[0].buf);
+  return g_run_x2(c, o, "vec", "rows", "cols", bk_broadcast_col);
 }
 
-static bk_status broadcast_common(gcase *c, gout *o, const char *in_label, int adjoint) {
+typedef bk_status (*g_fn_broadcast)(bk_context *, const bk_buffer *, const int64_t *, int,
+                                    const int64_t *, int, const int64_t *, bk_buffer **);
+
+static bk_status broadcast_common(gcase *c, gout *o, const char *in_label, g_fn_broadcast fn) {
   bk_buffer *x = g_buf(c, in_label);
   int64_t in_rank, out_rank, map_n;
   const int64_t *in_dims = g_ints(c, "in_dims", &in_rank);
@@ -282,145 +296,151 @@ static bk_status broadcast_common(gcase *c, gout *o, const char *in_label, int a
     g_harness_error(c, c->line, "axis_map does not have out_rank entries");
   o[0].label = "out";
   if (c->bad) return BK_ERR_NULL;
-  return adjoint ? bk_broadcast_to_adjoint(CTX, x, in_dims, (int)in_rank, out_dims,
-                                           (int)out_rank, map, &o[0].buf)
-                 : bk_broadcast_to(CTX, x, in_dims, (int)in_rank, out_dims, (int)out_rank, map,
-                                   &o[0].buf);
+  return fn(CTX, x, in_dims, (int)in_rank, out_dims, (int)out_rank, map, &o[0].buf);
 }
 
-static bk_status r_broadcast_to(gcase *c, gout *o) { return broadcast_common(c, o, "x", 0); }
+static bk_status r_broadcast_to(gcase *c, gout *o) {
+  return broadcast_common(c, o, "x", bk_broadcast_to);
+}
 
 static bk_status r_broadcast_to_adjoint(gcase *c, gout *o) {
-  return broadcast_common(c, o, "dout", 1);
+  return broadcast_common(c, o, "dout", bk_broadcast_to_adjoint);
 }
 
 static bk_status r_swap_adjacent(gcase *c, gout *o) {
-  bk_buffer *x = g_buf(c, "x");
-  int64_t rank;
-  const int64_t *dims = g_ints(c, "dims", &rank);
-  int depth = (int)g_int(c, "depth");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_swap_adjacent(CTX, x, dims, (int)rank, depth, &o[0].buf);
+  return g_run_dims(c, o, "depth", bk_swap_adjacent);
 }
 
-static bk_status r_sum_axis(gcase *c, gout *o) {
-  bk_buffer *x = g_buf(c, "x");
-  int64_t rank;
-  const int64_t *dims = g_ints(c, "dims", &rank);
-  int axis = (int)g_int(c, "axis");
-  o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_sum_axis(CTX, x, dims, (int)rank, axis, &o[0].buf);
+static bk_status r_sum_axis(gcase *c, gout *o) { return g_run_dims(c, o, "axis", bk_sum_axis); }
+
+/* Names the n outputs of a primitive, in order. */
+static void g_label_outs(gout *o, int n, const char *const *labels) {
+  for (int i = 0; i < n; i++) o[i].label = labels[i];
 }
 
 static bk_status r_layernorm_forward(gcase *c, gout *o) {
+  static const char *const outs[3] = {"out", "normalized", "inv_std"};
   bk_buffer *x = g_buf(c, "x"), *g = g_buf(c, "gamma"), *b = g_buf(c, "beta");
   int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols");
   double eps = g_dbl(c, "eps");
-  o[0].label = "out";
-  o[1].label = "normalized";
-  o[2].label = "inv_std";
+  g_label_outs(o, 3, outs);
   return c->bad ? BK_ERR_NULL
                 : bk_layernorm_forward(CTX, x, g, b, rows, cols, eps, &o[0].buf, &o[1].buf,
                                        &o[2].buf);
 }
 
 static bk_status r_layernorm_backward(gcase *c, gout *o) {
+  static const char *const outs[3] = {"dx", "dgamma", "dbeta"};
   bk_buffer *dy = g_buf(c, "dout"), *n = g_buf(c, "normalized"), *inv = g_buf(c, "inv_std"),
             *g = g_buf(c, "gamma");
   int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols");
-  o[0].label = "dx";
-  o[1].label = "dgamma";
-  o[2].label = "dbeta";
+  g_label_outs(o, 3, outs);
   return c->bad ? BK_ERR_NULL
                 : bk_layernorm_backward(CTX, dy, n, inv, g, rows, cols, &o[0].buf, &o[1].buf,
                                         &o[2].buf);
 }
 
+/* The arguments bk_bmm and bk_bmm_scaled share. */
+typedef struct g_bmm_args {
+  bk_buffer *a, *b;
+  int64_t batch, m, n, p;
+  int ta, tb;
+} g_bmm_args;
+
+static g_bmm_args g_bmm_read(gcase *c) {
+  g_bmm_args q;
+  q.a = g_buf(c, "A");
+  q.b = g_buf(c, "B");
+  q.batch = g_int(c, "batch");
+  q.m = g_int(c, "m");
+  q.n = g_int(c, "n");
+  q.p = g_int(c, "p");
+  q.ta = (int)g_int(c, "trans_a");
+  q.tb = (int)g_int(c, "trans_b");
+  return q;
+}
+
 static bk_status r_bmm(gcase *c, gout *o) {
-  bk_buffer *a = g_buf(c, "A"), *b = g_buf(c, "B");
-  int64_t batch = g_int(c, "batch"), m = g_int(c, "m"), n = g_int(c, "n"), p = g_int(c, "p");
-  int ta = (int)g_int(c, "trans_a"), tb = (int)g_int(c, "trans_b");
+  g_bmm_args q = g_bmm_read(c);
   o[0].label = "out";
-  return c->bad ? BK_ERR_NULL : bk_bmm(CTX, a, b, batch, m, n, p, ta, tb, &o[0].buf);
+  return c->bad ? BK_ERR_NULL
+                : bk_bmm(CTX, q.a, q.b, q.batch, q.m, q.n, q.p, q.ta, q.tb, &o[0].buf);
 }
 
 static bk_status r_bmm_scaled(gcase *c, gout *o) {
-  bk_buffer *a = g_buf(c, "A"), *b = g_buf(c, "B");
-  int64_t batch = g_int(c, "batch"), m = g_int(c, "m"), n = g_int(c, "n"), p = g_int(c, "p");
-  int ta = (int)g_int(c, "trans_a"), tb = (int)g_int(c, "trans_b");
+  g_bmm_args q = g_bmm_read(c);
   double scale = g_dbl(c, "scale");
   o[0].label = "out";
   o[1].label = "range_loss";
   o[1].is_flag = 1;
   o[1].flag = -1; /* the library must write it */
   return c->bad ? BK_ERR_NULL
-                : bk_bmm_scaled(CTX, a, b, batch, m, n, p, ta, tb, scale, &o[0].buf, &o[1].flag);
+                : bk_bmm_scaled(CTX, q.a, q.b, q.batch, q.m, q.n, q.p, q.ta, q.tb, scale,
+                                &o[0].buf, &o[1].flag);
 }
 
-static bk_status fft_common(gcase *c, gout *o, int which) {
-  bk_buffer *x = g_buf(c, which == 0 ? "x" : "spec");
-  int64_t batch = g_int(c, "batch"), n = g_int(c, "n");
-  o[0].label = "out";
-  if (c->bad) return BK_ERR_NULL;
-  if (which == 0) return bk_rfft(CTX, x, batch, n, &o[0].buf);
-  if (which == 1) return bk_irfft(CTX, x, batch, n, &o[0].buf);
-  return bk_irfft_unnormalized(CTX, x, batch, n, &o[0].buf);
+static bk_status r_rfft(gcase *c, gout *o) { return g_run_x2(c, o, "x", "batch", "n", bk_rfft); }
+
+static bk_status r_irfft(gcase *c, gout *o) {
+  return g_run_x2(c, o, "spec", "batch", "n", bk_irfft);
 }
 
-static bk_status r_rfft(gcase *c, gout *o) { return fft_common(c, o, 0); }
-static bk_status r_irfft(gcase *c, gout *o) { return fft_common(c, o, 1); }
-static bk_status r_irfft_unnormalized(gcase *c, gout *o) { return fft_common(c, o, 2); }
+static bk_status r_irfft_unnormalized(gcase *c, gout *o) {
+  return g_run_x2(c, o, "spec", "batch", "n", bk_irfft_unnormalized);
+}
 
-static bk_status scan_common(gcase *c, gout *o, int var) {
+typedef bk_status (*g_fn_scan)(bk_context *, const bk_buffer *, const bk_buffer *,
+                               const bk_buffer *, const bk_buffer *, int64_t, int64_t,
+                               bk_buffer **);
+typedef bk_status (*g_fn_scan_backward)(bk_context *, const bk_buffer *, const bk_buffer *,
+                                        const bk_buffer *, const bk_buffer *, const bk_buffer *,
+                                        const bk_buffer *, int64_t, int64_t, bk_buffer **,
+                                        bk_buffer **, bk_buffer **, bk_buffer **);
+
+static bk_status scan_common(gcase *c, gout *o, g_fn_scan fn) {
   bk_buffer *A = g_buf(c, "A"), *B = g_buf(c, "B"), *X = g_buf(c, "X"), *h0 = g_buf(c, "h0");
   int64_t T = g_int(c, "seq_len"), S = g_int(c, "state");
   o[0].label = "out";
-  if (c->bad) return BK_ERR_NULL;
-  return var ? bk_scan_diag_var(CTX, A, B, X, h0, T, S, &o[0].buf)
-             : bk_scan_diag(CTX, A, B, X, h0, T, S, &o[0].buf);
+  return c->bad ? BK_ERR_NULL : fn(CTX, A, B, X, h0, T, S, &o[0].buf);
 }
 
-static bk_status scan_backward_common(gcase *c, gout *o, int var) {
+static bk_status scan_backward_common(gcase *c, gout *o, g_fn_scan_backward fn) {
+  static const char *const outs[4] = {"dA", "dB", "dX", "dh0"};
   bk_buffer *A = g_buf(c, "A"), *B = g_buf(c, "B"), *X = g_buf(c, "X"), *h0 = g_buf(c, "h0"),
             *out = g_buf(c, "out"), *dy = g_buf(c, "dy");
   int64_t T = g_int(c, "seq_len"), S = g_int(c, "state");
-  o[0].label = "dA";
-  o[1].label = "dB";
-  o[2].label = "dX";
-  o[3].label = "dh0";
-  if (c->bad) return BK_ERR_NULL;
-  return var ? bk_scan_diag_var_backward(CTX, A, B, X, h0, out, dy, T, S, &o[0].buf, &o[1].buf,
-                                         &o[2].buf, &o[3].buf)
-             : bk_scan_diag_backward(CTX, A, B, X, h0, out, dy, T, S, &o[0].buf, &o[1].buf,
-                                     &o[2].buf, &o[3].buf);
+  g_label_outs(o, 4, outs);
+  return c->bad ? BK_ERR_NULL
+                : fn(CTX, A, B, X, h0, out, dy, T, S, &o[0].buf, &o[1].buf, &o[2].buf,
+                     &o[3].buf);
 }
 
-static bk_status r_scan_diag(gcase *c, gout *o) { return scan_common(c, o, 0); }
-static bk_status r_scan_diag_var(gcase *c, gout *o) { return scan_common(c, o, 1); }
-static bk_status r_scan_diag_backward(gcase *c, gout *o) { return scan_backward_common(c, o, 0); }
+static bk_status r_scan_diag(gcase *c, gout *o) { return scan_common(c, o, bk_scan_diag); }
+static bk_status r_scan_diag_var(gcase *c, gout *o) { return scan_common(c, o, bk_scan_diag_var); }
+static bk_status r_scan_diag_backward(gcase *c, gout *o) {
+  return scan_backward_common(c, o, bk_scan_diag_backward);
+}
 static bk_status r_scan_diag_var_backward(gcase *c, gout *o) {
-  return scan_backward_common(c, o, 1);
+  return scan_backward_common(c, o, bk_scan_diag_var_backward);
 }
 
-static bk_status r_rows_gather(gcase *c, gout *o) {
-  bk_buffer *mat = g_buf(c, "mat");
+/* Gather (values_label NULL) or scatter-add of rows by host indices. */
+static bk_status rows_index_common(gcase *c, gout *o, const char *values_label) {
+  bk_buffer *mat = g_buf(c, "mat"), *val = values_label ? g_buf(c, values_label) : NULL;
   int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols"), k = g_int(c, "k");
   uint64_t *idx = g_indices(c, "indices");
   o[0].label = "out";
-  bk_status st = c->bad ? BK_ERR_NULL : bk_rows_gather(CTX, mat, rows, cols, idx, k, &o[0].buf);
+  bk_status st = c->bad       ? BK_ERR_NULL
+                 : val == NULL ? bk_rows_gather(CTX, mat, rows, cols, idx, k, &o[0].buf)
+                               : bk_rows_scatter_add(CTX, mat, val, rows, cols, idx, k, &o[0].buf);
   free(idx);
   return st;
 }
+
+static bk_status r_rows_gather(gcase *c, gout *o) { return rows_index_common(c, o, NULL); }
 
 static bk_status r_rows_scatter_add(gcase *c, gout *o) {
-  bk_buffer *mat = g_buf(c, "mat"), *val = g_buf(c, "values");
-  int64_t rows = g_int(c, "rows"), cols = g_int(c, "cols"), k = g_int(c, "k");
-  uint64_t *idx = g_indices(c, "indices");
-  o[0].label = "out";
-  bk_status st =
-      c->bad ? BK_ERR_NULL : bk_rows_scatter_add(CTX, mat, val, rows, cols, idx, k, &o[0].buf);
-  free(idx);
-  return st;
+  return rows_index_common(c, o, "values");
 }
 
 static const struct {

@@ -533,6 +533,58 @@ static void bto_errors(void) {
   bk_buffer_release(dout);
 }
 
+/* ---- bk_swap_adjacent and bk_sum_axis: (x, dims, rank, an int) ------------------------- */
+
+typedef bk_status (*dims_fn)(bk_context *ctx, const bk_buffer *x, const int64_t *dims, int rank,
+                             int v, bk_buffer **out);
+
+/* fn(x, dims, rank, v) against want (len values), exactly when tol < 0,
+ * else within tol at scale; with `name`, run again for the same bits.
+ * Returns the first result when the call succeeded (the caller releases
+ * it), else NULL. */
+static bk_buffer *dims_check(const char *name, dims_fn fn, const bk_buffer *x,
+                             const int64_t *dims, int rank, int v, const double *want,
+                             int64_t len, double tol, double scale) {
+  bk_buffer *y = NULL, *y2 = NULL;
+  if (TL_OK(fn(tl_ctx, x, dims, rank, v, &y)) != BK_OK) {
+    bk_buffer_release(y);
+    return NULL;
+  }
+  if (tol < 0)
+    TL_BUF_EXACT(y, want, len);
+  else
+    TL_BUF_CLOSE(y, want, len, tol, scale);
+  if (name && TL_OK(fn(tl_ctx, x, dims, rank, v, &y2)) == BK_OK)
+    TL_CHECK(tl_same_bits(y, y2), "%s is not deterministic", name);
+  bk_buffer_release(y2);
+  return y;
+}
+
+/* fn(x, dims, rank, v) must give exactly want (len values). */
+static void dims_exact(dims_fn fn, const bk_buffer *x, const int64_t *dims, int rank, int v,
+                       const double *want, int64_t len) {
+  bk_buffer_release(dims_check(NULL, fn, x, dims, rank, v, want, len, -1, 0));
+}
+
+/* The rejections bk_swap_adjacent and bk_sum_axis share, on x (24 values,
+ * dims {2, 3, 4}) with v = 0: NULL out and x, bad ranks, NULL dims, the
+ * negative extent of neg_dims (named by neg_needle) and an overflowing
+ * product. */
+static void dims_rejections(dims_fn fn, const bk_buffer *x, const int64_t *neg_dims,
+                            const char *neg_needle) {
+  const int64_t dims[] = {2, 3, 4};
+  bk_buffer *y = (bk_buffer *)&y;
+  TL_REJECT(fn(tl_ctx, x, dims, 3, 0, NULL), BK_ERR_NULL, "out");
+  TL_REJECT(fn(tl_ctx, NULL, dims, 3, 0, &y), BK_ERR_NULL, "x is NULL");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  TL_REJECT(fn(tl_ctx, x, dims, -1, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank = -1");
+  TL_REJECT(fn(tl_ctx, x, dims, 17, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank = 17");
+  TL_REJECT(fn(tl_ctx, x, NULL, 3, 0, &y), BK_ERR_NULL, "dims is NULL");
+  TL_REJECT(fn(tl_ctx, x, neg_dims, 3, 0, &y), BK_ERR_INVALID_ARGUMENT, neg_needle);
+  TL_REJECT(fn(tl_ctx, x, (int64_t[]){INT64_MAX, 3, 4}, 3, 0, &y), BK_ERR_INVALID_ARGUMENT,
+            "overflow");
+}
+
 /* ---- bk_swap_adjacent ------------------------------------------------------------------- */
 
 /* Reference: y has dims with axes depth and depth+1 exchanged. */
@@ -550,33 +602,21 @@ static void swap_examples(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     double *x = iota(24, 0);
-    bk_buffer *bx = tl_buf(dt, x, 24), *y = NULL;
+    bk_buffer *bx = tl_buf(dt, x, 24);
     const double want[] = {0,  4,  8,  1,  5,  9,  2,  6,  10, 3,  7,  11,
                            12, 16, 20, 13, 17, 21, 14, 18, 22, 15, 19, 23};
-    if (TL_OK(bk_swap_adjacent(tl_ctx, bx, (int64_t[]){2, 3, 4}, 3, 1, &y)) == BK_OK)
-      TL_BUF_EXACT(y, want, 24);
-    bk_buffer_release(y);
+    dims_exact(bk_swap_adjacent, bx, (int64_t[]){2, 3, 4}, 3, 1, want, 24);
     /* Depth 0 of the same tensor, checked against the reference. */
     double ref[24];
     swap_ref(x, ref, (int64_t[]){2, 3, 4}, 3, 0);
-    if (TL_OK(bk_swap_adjacent(tl_ctx, bx, (int64_t[]){2, 3, 4}, 3, 0, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ref, 24);
-    bk_buffer_release(y);
+    dims_exact(bk_swap_adjacent, bx, (int64_t[]){2, 3, 4}, 3, 0, ref, 24);
     /* A swap with an extent-1 axis moves nothing. */
-    if (TL_OK(bk_swap_adjacent(tl_ctx, bx, (int64_t[]){1, 24}, 2, 0, &y)) == BK_OK)
-      TL_BUF_EXACT(y, x, 24);
-    bk_buffer_release(y);
-    if (TL_OK(bk_swap_adjacent(tl_ctx, bx, (int64_t[]){4, 6, 1}, 3, 1, &y)) == BK_OK)
-      TL_BUF_EXACT(y, x, 24);
-    bk_buffer_release(y);
+    dims_exact(bk_swap_adjacent, bx, (int64_t[]){1, 24}, 2, 0, x, 24);
+    dims_exact(bk_swap_adjacent, bx, (int64_t[]){4, 6, 1}, 3, 1, x, 24);
     /* Empty tensors give empty results. */
     bk_buffer *e = tl_buf(dt, NULL, 0);
-    if (TL_OK(bk_swap_adjacent(tl_ctx, e, (int64_t[]){3, 0, 2}, 3, 0, &y)) == BK_OK)
-      TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    if (TL_OK(bk_swap_adjacent(tl_ctx, e, (int64_t[]){0, 5}, 2, 0, &y)) == BK_OK)
-      TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
+    dims_exact(bk_swap_adjacent, e, (int64_t[]){3, 0, 2}, 3, 0, NULL, 0);
+    dims_exact(bk_swap_adjacent, e, (int64_t[]){0, 5}, 2, 0, NULL, 0);
     TL_UNCHANGED(bx, x, 24);
     bk_buffer_release(e);
     bk_buffer_release(bx);
@@ -604,23 +644,19 @@ static void swap_random(void) {
       tl_fill_randn(x, n);
       tl_round(dt, x, n);
       swap_ref(x, ref, dims, rank, depth);
-      bk_buffer *bx = tl_buf(dt, x, n), *y = NULL, *y2 = NULL, *back = NULL;
-      if (TL_OK(bk_swap_adjacent(tl_ctx, bx, dims, rank, depth, &y)) == BK_OK) {
-        TL_BUF_EXACT(y, ref, n);
-        if (TL_OK(bk_swap_adjacent(tl_ctx, bx, dims, rank, depth, &y2)) == BK_OK)
-          TL_CHECK(tl_same_bits(y, y2), "swap_adjacent is not deterministic");
+      bk_buffer *bx = tl_buf(dt, x, n);
+      bk_buffer *y =
+          dims_check("swap_adjacent", bk_swap_adjacent, bx, dims, rank, depth, ref, n, -1, 0);
+      if (y) {
         /* Swapping back restores x. */
         int64_t sd[5];
         memcpy(sd, dims, sizeof sd);
         sd[depth] = dims[depth + 1];
         sd[depth + 1] = dims[depth];
-        if (TL_OK(bk_swap_adjacent(tl_ctx, y, sd, rank, depth, &back)) == BK_OK)
-          TL_BUF_EXACT(back, x, n);
+        dims_exact(bk_swap_adjacent, y, sd, rank, depth, x, n);
       }
       TL_UNCHANGED(bx, x, n);
       bk_buffer_release(y);
-      bk_buffer_release(y2);
-      bk_buffer_release(back);
       bk_buffer_release(bx);
       free(x);
       free(ref);
@@ -632,16 +668,7 @@ static void swap_errors(void) {
   double v[24] = {0};
   const int64_t dims[] = {2, 3, 4};
   bk_buffer *x = tl_buf(BK_F64, v, 24), *y = (bk_buffer *)&y;
-  TL_REJECT(bk_swap_adjacent(tl_ctx, x, dims, 3, 0, NULL), BK_ERR_NULL, "out");
-  TL_REJECT(bk_swap_adjacent(tl_ctx, NULL, dims, 3, 0, &y), BK_ERR_NULL, "x is NULL");
-  TL_CHECK(y == NULL, "out not cleared on failure");
-  TL_REJECT(bk_swap_adjacent(tl_ctx, x, dims, -1, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank = -1");
-  TL_REJECT(bk_swap_adjacent(tl_ctx, x, dims, 17, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank = 17");
-  TL_REJECT(bk_swap_adjacent(tl_ctx, x, NULL, 3, 0, &y), BK_ERR_NULL, "dims is NULL");
-  TL_REJECT(bk_swap_adjacent(tl_ctx, x, (int64_t[]){2, -3, 4}, 3, 0, &y),
-            BK_ERR_INVALID_ARGUMENT, "dims[1] = -3");
-  TL_REJECT(bk_swap_adjacent(tl_ctx, x, (int64_t[]){INT64_MAX, 3, 4}, 3, 0, &y),
-            BK_ERR_INVALID_ARGUMENT, "overflow");
+  dims_rejections(bk_swap_adjacent, x, (int64_t[]){2, -3, 4}, "dims[1] = -3");
   TL_REJECT(bk_swap_adjacent(tl_ctx, x, dims, 3, -1, &y), BK_ERR_INVALID_ARGUMENT, "depth = -1");
   TL_REJECT(bk_swap_adjacent(tl_ctx, x, dims, 3, 2, &y), BK_ERR_INVALID_ARGUMENT, "depth = 2");
   TL_REJECT(bk_swap_adjacent(tl_ctx, x, (int64_t[]){24}, 1, 0, &y), BK_ERR_INVALID_ARGUMENT,
@@ -682,18 +709,11 @@ static void sum_examples(void) {
     const int64_t dims[] = {2, 3, 4};
     double *x = iota(24, 0);
     bk_buffer *bx = tl_buf(dt, x, 24), *y = NULL;
-    if (TL_OK(bk_sum_axis(tl_ctx, bx, dims, 3, 2, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){6, 22, 38, 54, 70, 86}), 6);
-    bk_buffer_release(y);
-    if (TL_OK(bk_sum_axis(tl_ctx, bx, dims, 3, 1, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){12, 15, 18, 21, 48, 51, 54, 57}), 8);
-    bk_buffer_release(y);
-    if (TL_OK(bk_sum_axis(tl_ctx, bx, dims, 3, 0, &y)) == BK_OK) {
-      double want[12];
-      for (int i = 0; i < 12; i++) want[i] = 12 + 2 * i;
-      TL_BUF_EXACT(y, want, 12);
-    }
-    bk_buffer_release(y);
+    dims_exact(bk_sum_axis, bx, dims, 3, 2, (double[]){6, 22, 38, 54, 70, 86}, 6);
+    dims_exact(bk_sum_axis, bx, dims, 3, 1, (double[]){12, 15, 18, 21, 48, 51, 54, 57}, 8);
+    double want[12];
+    for (int i = 0; i < 12; i++) want[i] = 12 + 2 * i;
+    dims_exact(bk_sum_axis, bx, dims, 3, 0, want, 12);
     /* Rank 0: a copy of the one element (a new buffer). */
     bk_buffer *s = tl_buf(dt, (double[]){-3.25}, 1);
     if (TL_OK(bk_sum_axis(tl_ctx, s, NULL, 0, 0, &y)) == BK_OK) {
@@ -702,33 +722,19 @@ static void sum_examples(void) {
     }
     bk_buffer_release(y);
     /* An axis of extent 1 gives the input values. */
-    if (TL_OK(bk_sum_axis(tl_ctx, bx, (int64_t[]){4, 1, 6}, 3, 1, &y)) == BK_OK)
-      TL_BUF_EXACT(y, x, 24);
-    bk_buffer_release(y);
+    dims_exact(bk_sum_axis, bx, (int64_t[]){4, 1, 6}, 3, 1, x, 24);
     /* A zero-extent axis gives zeros; a zero-extent other axis an empty
      * result. */
     bk_buffer *e = tl_buf(dt, NULL, 0);
-    if (TL_OK(bk_sum_axis(tl_ctx, e, (int64_t[]){2, 0, 3}, 3, 1, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){0, 0, 0, 0, 0, 0}), 6);
-    bk_buffer_release(y);
-    if (TL_OK(bk_sum_axis(tl_ctx, e, (int64_t[]){0}, 1, 0, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){0}), 1);
-    bk_buffer_release(y);
-    if (TL_OK(bk_sum_axis(tl_ctx, e, (int64_t[]){2, 0, 3}, 3, 0, &y)) == BK_OK)
-      TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
+    dims_exact(bk_sum_axis, e, (int64_t[]){2, 0, 3}, 3, 1, (double[]){0, 0, 0, 0, 0, 0}, 6);
+    dims_exact(bk_sum_axis, e, (int64_t[]){0}, 1, 0, (double[]){0}, 1);
+    dims_exact(bk_sum_axis, e, (int64_t[]){2, 0, 3}, 3, 0, NULL, 0);
     /* Rank 1: the total. */
-    if (TL_OK(bk_sum_axis(tl_ctx, bx, (int64_t[]){24}, 1, 0, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){276}), 1);
-    bk_buffer_release(y);
+    dims_exact(bk_sum_axis, bx, (int64_t[]){24}, 1, 0, (double[]){276}, 1);
     /* NaN and infinities propagate. */
     bk_buffer *sp = tl_buf(dt, (double[]){1, NAN, INFINITY, 2, INFINITY, -INFINITY}, 6);
-    if (TL_OK(bk_sum_axis(tl_ctx, sp, (int64_t[]){2, 3}, 2, 1, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){NAN, NAN}), 2);
-    bk_buffer_release(y);
-    if (TL_OK(bk_sum_axis(tl_ctx, sp, (int64_t[]){3, 2}, 2, 1, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){NAN, INFINITY, NAN}), 3);
-    bk_buffer_release(y);
+    dims_exact(bk_sum_axis, sp, (int64_t[]){2, 3}, 2, 1, (double[]){NAN, NAN}, 2);
+    dims_exact(bk_sum_axis, sp, (int64_t[]){3, 2}, 2, 1, (double[]){NAN, INFINITY, NAN}, 3);
     TL_UNCHANGED(bx, x, 24);
     bk_buffer_release(sp);
     bk_buffer_release(e);
@@ -759,15 +765,10 @@ static void sum_random(void) {
       tl_fill_randn(x, n);
       tl_round(dt, x, n);
       sum_ref(x, ref, mag, dims, rank, axis);
-      bk_buffer *bx = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
-      if (TL_OK(bk_sum_axis(tl_ctx, bx, dims, rank, axis, &y)) == BK_OK) {
-        TL_BUF_CLOSE(y, ref, m, tl_tol_red(dt), tl_absmax(mag, m, 1));
-        if (TL_OK(bk_sum_axis(tl_ctx, bx, dims, rank, axis, &y2)) == BK_OK)
-          TL_CHECK(tl_same_bits(y, y2), "sum_axis is not deterministic");
-      }
+      bk_buffer *bx = tl_buf(dt, x, n);
+      bk_buffer_release(dims_check("sum_axis", bk_sum_axis, bx, dims, rank, axis, ref, m,
+                                   tl_tol_red(dt), tl_absmax(mag, m, 1)));
       TL_UNCHANGED(bx, x, n);
-      bk_buffer_release(y);
-      bk_buffer_release(y2);
       bk_buffer_release(bx);
       free(x);
       free(ref);
@@ -781,17 +782,13 @@ static void sum_random(void) {
 static void sum_order(void) {
   const double big = 1152921504606846976.0;
   const double x[] = {big, 1, 1, 1, -big, 1, 1, 1};
-  bk_buffer *b = tl_buf(BK_F64, x, 8), *y = NULL;
+  bk_buffer *b = tl_buf(BK_F64, x, 8);
   /* dims (4, 2), axis 0: column 0 is [big, 1, -big, 1]. */
-  if (TL_OK(bk_sum_axis(tl_ctx, b, (int64_t[]){4, 2}, 2, 0, &y)) == BK_OK)
-    TL_BUF_EXACT(y, ((double[]){1, 4}), 2);
-  bk_buffer_release(y);
+  dims_exact(bk_sum_axis, b, (int64_t[]){4, 2}, 2, 0, (double[]){1, 4}, 2);
   bk_buffer_release(b);
   const double r[] = {big, 1, -big, 1};
   b = tl_buf(BK_F64, r, 4);
-  if (TL_OK(bk_sum_axis(tl_ctx, b, (int64_t[]){4}, 1, 0, &y)) == BK_OK)
-    TL_BUF_EXACT(y, ((double[]){1}), 1);
-  bk_buffer_release(y);
+  dims_exact(bk_sum_axis, b, (int64_t[]){4}, 1, 0, (double[]){1}, 1);
   bk_buffer_release(b);
 }
 
@@ -799,16 +796,7 @@ static void sum_errors(void) {
   double v[24] = {0};
   const int64_t dims[] = {2, 3, 4};
   bk_buffer *x = tl_buf(BK_F32, v, 24), *y = (bk_buffer *)&y;
-  TL_REJECT(bk_sum_axis(tl_ctx, x, dims, 3, 0, NULL), BK_ERR_NULL, "out");
-  TL_REJECT(bk_sum_axis(tl_ctx, NULL, dims, 3, 0, &y), BK_ERR_NULL, "x is NULL");
-  TL_CHECK(y == NULL, "out not cleared on failure");
-  TL_REJECT(bk_sum_axis(tl_ctx, x, dims, -1, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank = -1");
-  TL_REJECT(bk_sum_axis(tl_ctx, x, dims, 17, 0, &y), BK_ERR_INVALID_ARGUMENT, "rank = 17");
-  TL_REJECT(bk_sum_axis(tl_ctx, x, NULL, 3, 0, &y), BK_ERR_NULL, "dims is NULL");
-  TL_REJECT(bk_sum_axis(tl_ctx, x, (int64_t[]){2, 3, -4}, 3, 0, &y), BK_ERR_INVALID_ARGUMENT,
-            "dims[2] = -4");
-  TL_REJECT(bk_sum_axis(tl_ctx, x, (int64_t[]){INT64_MAX, 3, 4}, 3, 0, &y),
-            BK_ERR_INVALID_ARGUMENT, "overflow");
+  dims_rejections(bk_sum_axis, x, (int64_t[]){2, 3, -4}, "dims[2] = -4");
   TL_REJECT(bk_sum_axis(tl_ctx, x, dims, 3, 3, &y), BK_ERR_INVALID_ARGUMENT,
             "axis = 3 outside [0, 3)");
   TL_REJECT(bk_sum_axis(tl_ctx, x, dims, 3, -1, &y), BK_ERR_INVALID_ARGUMENT, "axis = -1");

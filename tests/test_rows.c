@@ -6,82 +6,6 @@
 
 #include "core/internal.h"
 
-/* ---- bk_rows_sum ------------------------------------------------------------ */
-
-static void rows_sum_examples(void) {
-  for (int d = 0; d < TL_DTYPES; d++) {
-    bk_dtype dt = tl_dtypes[d];
-    const double x[] = {1, 2, 3, 4, 5, 6};
-    bk_buffer *b = tl_buf(dt, x, 6), *y = NULL;
-    if (TL_OK(bk_rows_sum(tl_ctx, b, 2, 3, &y)) == BK_OK) {
-      TL_BUF_EXACT(y, ((double[]){6, 15}), 2);
-    }
-    bk_buffer_release(y);
-    /* cols == 0 gives rows zeros. */
-    bk_buffer *e = tl_buf(dt, NULL, 0);
-    if (TL_OK(bk_rows_sum(tl_ctx, e, 3, 0, &y)) == BK_OK) TL_BUF_EXACT(y, ((double[]){0, 0, 0}), 3);
-    bk_buffer_release(y);
-    if (TL_OK(bk_rows_sum(tl_ctx, e, 0, 5, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    bk_buffer_release(e);
-    bk_buffer_release(b);
-  }
-}
-
-static void rows_sum_random(void) {
-  static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {17, 1000}, {64, 33}, {2, 100000}};
-  for (int d = 0; d < TL_DTYPES; d++) {
-    bk_dtype dt = tl_dtypes[d];
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-      int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)rows * sizeof *ref);
-      tl_seed(100 + s);
-      tl_fill_randn(x, n);
-      tl_round(dt, x, n);
-      double scale = 0;
-      for (int64_t r = 0; r < rows; r++) {
-        double acc = 0, mag = 0;
-        for (int64_t j = 0; j < cols; j++) {
-          acc += x[r * cols + j];
-          mag += fabs(x[r * cols + j]);
-        }
-        ref[r] = acc;
-        if (mag > scale) scale = mag;
-      }
-      bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
-      if (TL_OK(bk_rows_sum(tl_ctx, b, rows, cols, &y)) == BK_OK) {
-        TL_BUF_CLOSE(y, ref, rows, tl_tol_red(dt), scale);
-        if (TL_OK(bk_rows_sum(tl_ctx, b, rows, cols, &y2)) == BK_OK)
-          TL_CHECK(tl_same_bits(y, y2), "rows_sum is not deterministic");
-      }
-      TL_UNCHANGED(b, x, n);
-      bk_buffer_release(y);
-      bk_buffer_release(y2);
-      bk_buffer_release(b);
-      free(x);
-      free(ref);
-    }
-  }
-}
-
-static void rows_sum_errors(void) {
-  double x[6] = {0};
-  bk_buffer *b = tl_buf(BK_F32, x, 6), *y = (bk_buffer *)&y;
-  TL_REJECT(bk_rows_sum(tl_ctx, b, 2, 3, NULL), BK_ERR_NULL, "out");
-  TL_REJECT(bk_rows_sum(tl_ctx, NULL, 2, 3, &y), BK_ERR_NULL, "x");
-  TL_CHECK(y == NULL, "out not cleared on failure");
-  TL_REJECT(bk_rows_sum(tl_ctx, b, -1, 3, &y), BK_ERR_INVALID_ARGUMENT, "rows");
-  TL_REJECT(bk_rows_sum(tl_ctx, b, 2, -3, &y), BK_ERR_INVALID_ARGUMENT, "cols");
-  TL_REJECT(bk_rows_sum(tl_ctx, b, 2, 4, &y), BK_ERR_INVALID_ARGUMENT, "x has length 6");
-  TL_REJECT(bk_rows_sum(tl_ctx, b, INT64_MAX, 3, &y), BK_ERR_INVALID_ARGUMENT, "overflow");
-  bk_context *other = tl_other_ctx();
-  if (other) {
-    bk_context *cpu = other;
-    TL_REJECT(bk_rows_sum(cpu, b, 2, 3, &y), BK_ERR_DEVICE_MISMATCH, "ctx");
-  }
-  bk_buffer_release(b);
-}
-
 /* ---- shared helpers ---------------------------------------------------------- */
 
 /* Row data with many ties and, when `specials` is set, NaN, +-inf and -0
@@ -105,6 +29,168 @@ static void fill_tricky(double *v, int64_t n, int specials) {
 /* The values a buffer actually holds, as double (what the kernel sees). */
 static double *held(const bk_buffer *b) { return tl_read(b); }
 
+/* One (rows, cols) case: x the values written, b the buffer made from them,
+ * h the values b holds and ref room for a reference of rows * cols values. */
+typedef struct {
+  int64_t rows, cols, n;
+  double *x, *h, *ref;
+  bk_buffer *b;
+} rows_case;
+
+/* How rows_case_fill fills x: normal values, fill_tricky's small integers
+ * with many ties, or those ties with NaN, +-inf and -0 sprinkled in. */
+enum { FILL_RANDN, FILL_TIES, FILL_SPECIALS };
+
+/* Allocates the case's host arrays and fills x from `seed`; b and h come
+ * with rows_case_upload. */
+static void rows_case_fill(rows_case *c, int64_t rows, int64_t cols, uint64_t seed, int fill) {
+  c->rows = rows;
+  c->cols = cols;
+  c->n = rows * cols;
+  c->x = tl_xmalloc((size_t)c->n * sizeof *c->x);
+  c->ref = tl_xmalloc((size_t)c->n * sizeof *c->ref);
+  c->h = NULL;
+  c->b = NULL;
+  tl_seed(seed);
+  if (fill == FILL_RANDN)
+    tl_fill_randn(c->x, c->n);
+  else
+    fill_tricky(c->x, c->n, fill == FILL_SPECIALS);
+}
+
+static void rows_case_upload(rows_case *c, bk_dtype dt) {
+  c->b = tl_buf(dt, c->x, c->n);
+  c->h = held(c->b);
+}
+
+static void rows_case_make(rows_case *c, bk_dtype dt, int64_t rows, int64_t cols, uint64_t seed,
+                           int fill) {
+  rows_case_fill(c, rows, cols, seed, fill);
+  rows_case_upload(c, dt);
+}
+
+static void rows_case_free(rows_case *c) {
+  bk_buffer_release(c->b);
+  free(c->h);
+  free(c->x);
+  free(c->ref);
+}
+
+/* A one-input (rows, cols) primitive as (x, rows, cols, out). */
+typedef bk_status (*matrix_call)(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out);
+
+static bk_status call_rows_sum(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out) {
+  return bk_rows_sum(tl_ctx, x, rows, cols, out);
+}
+
+static bk_status call_rows_max(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out) {
+  return bk_rows_max(tl_ctx, x, rows, cols, out);
+}
+
+static bk_status call_first_max(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out) {
+  return bk_rows_first_max_mask(tl_ctx, x, rows, cols, out);
+}
+
+/* `call` on b (rows, cols) twice: the first result against ref (len
+ * values), within tol at scale, or exactly when tol < 0; the second with
+ * the same bits as the first. */
+static void check_twice(const char *name, matrix_call call, const bk_buffer *b, int64_t rows,
+                        int64_t cols, const double *ref, int64_t len, double tol, double scale) {
+  bk_buffer *y = NULL, *y2 = NULL;
+  if (TL_OK(call(b, rows, cols, &y)) == BK_OK) {
+    if (tol < 0)
+      TL_BUF_EXACT(y, ref, len);
+    else
+      TL_BUF_CLOSE(y, ref, len, tol, scale);
+    if (TL_OK(call(b, rows, cols, &y2)) == BK_OK)
+      TL_CHECK(tl_same_bits(y, y2), "%s is not deterministic", name);
+  }
+  bk_buffer_release(y);
+  bk_buffer_release(y2);
+}
+
+/* `call` on the n values x, made a buffer of dt, as (rows, cols): the
+ * result must be want (len values) exactly. */
+static void exact_case(bk_dtype dt, matrix_call call, const double *x, int64_t n, int64_t rows,
+                       int64_t cols, const double *want, int64_t len) {
+  bk_buffer *b = tl_buf(dt, x, n), *y = NULL;
+  if (TL_OK(call(b, rows, cols, &y)) == BK_OK) TL_BUF_EXACT(y, want, len);
+  bk_buffer_release(y);
+  bk_buffer_release(b);
+}
+
+/* `call` on an empty buffer as (rows, cols): a result of len zeros. */
+static void empty_case(bk_dtype dt, matrix_call call, int64_t rows, int64_t cols, int64_t len) {
+  static const double zeros[3] = {0, 0, 0};
+  exact_case(dt, call, NULL, 0, rows, cols, zeros, len);
+}
+
+/* ---- bk_rows_sum ------------------------------------------------------------ */
+
+/* The random shapes of the row sums and maxima. */
+static const int64_t reduce_shapes[][2] = {{1, 1}, {3, 7}, {17, 1000}, {64, 33}, {2, 100000}};
+
+/* Runs one(dt, s) for every dtype and every shape s of reduce_shapes. */
+static void each_reduce_shape(void (*one)(bk_dtype dt, size_t s)) {
+  for (int d = 0; d < TL_DTYPES; d++)
+    for (size_t s = 0; s < sizeof reduce_shapes / sizeof reduce_shapes[0]; s++)
+      one(tl_dtypes[d], s);
+}
+
+static void rows_sum_examples(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    const double x[] = {1, 2, 3, 4, 5, 6};
+    exact_case(dt, call_rows_sum, x, 6, 2, 3, (double[]){6, 15}, 2);
+    /* cols == 0 gives rows zeros. */
+    empty_case(dt, call_rows_sum, 3, 0, 3);
+    empty_case(dt, call_rows_sum, 0, 5, 0);
+  }
+}
+
+static void rows_sum_random_shape(bk_dtype dt, size_t s) {
+  rows_case c;
+  rows_case_fill(&c, reduce_shapes[s][0], reduce_shapes[s][1], 100 + s, FILL_RANDN);
+  tl_round(dt, c.x, c.n);
+  rows_case_upload(&c, dt);
+  double scale = 0;
+  for (int64_t r = 0; r < c.rows; r++) {
+    double acc = 0, mag = 0;
+    for (int64_t j = 0; j < c.cols; j++) {
+      acc += c.x[r * c.cols + j];
+      mag += fabs(c.x[r * c.cols + j]);
+    }
+    c.ref[r] = acc;
+    if (mag > scale) scale = mag;
+  }
+  check_twice("rows_sum", call_rows_sum, c.b, c.rows, c.cols, c.ref, c.rows, tl_tol_red(dt),
+              scale);
+  TL_UNCHANGED(c.b, c.x, c.n);
+  rows_case_free(&c);
+}
+
+static void rows_sum_random(void) { each_reduce_shape(rows_sum_random_shape); }
+
+static void rows_sum_errors(void) {
+  double x[6] = {0};
+  bk_buffer *b = tl_buf(BK_F32, x, 6), *y = (bk_buffer *)&y;
+  TL_REJECT(bk_rows_sum(tl_ctx, b, 2, 3, NULL), BK_ERR_NULL, "out");
+  TL_REJECT(bk_rows_sum(tl_ctx, NULL, 2, 3, &y), BK_ERR_NULL, "x");
+  TL_CHECK(y == NULL, "out not cleared on failure");
+  TL_REJECT(bk_rows_sum(tl_ctx, b, -1, 3, &y), BK_ERR_INVALID_ARGUMENT, "rows");
+  TL_REJECT(bk_rows_sum(tl_ctx, b, 2, -3, &y), BK_ERR_INVALID_ARGUMENT, "cols");
+  TL_REJECT(bk_rows_sum(tl_ctx, b, 2, 4, &y), BK_ERR_INVALID_ARGUMENT, "x has length 6");
+  TL_REJECT(bk_rows_sum(tl_ctx, b, INT64_MAX, 3, &y), BK_ERR_INVALID_ARGUMENT, "overflow");
+  bk_context *other = tl_other_ctx();
+  if (other) {
+    bk_context *cpu = other;
+    TL_REJECT(bk_rows_sum(cpu, b, 2, 3, &y), BK_ERR_DEVICE_MISMATCH, "ctx");
+  }
+  bk_buffer_release(b);
+}
+
+/* ---- allocation failures and rejections ---------------------------------------- */
+
 /* Every allocation a call makes fails in turn: BK_ERR_OUT_OF_MEMORY, out
  * NULL and no buffer left behind. `call` runs the primitive once. */
 typedef bk_status (*rows_call)(const bk_buffer *x, const bk_buffer *m, bk_buffer **out);
@@ -127,9 +213,7 @@ static void alloc_failures(const char *name, rows_call call, const bk_buffer *x,
   TL_FAIL("%s never succeeded under allocation failures", name);
 }
 
-/* The usual rejections of a one-input (rows, cols) primitive. `call` takes
- * (x, rows, cols, out). */
-typedef bk_status (*matrix_call)(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out);
+/* The usual rejections of a one-input (rows, cols) primitive. */
 static void matrix_errors(matrix_call call) {
   double x[6] = {0};
   bk_buffer *b = tl_buf(BK_F32, x, 6), *y = (bk_buffer *)&y;
@@ -154,61 +238,29 @@ static void rows_max_examples(void) {
     bk_dtype dt = tl_dtypes[d];
     /* rows: plain | NaN skipped | all NaN | all -inf | +inf wins over NaN */
     const double x[] = {1, 5, 3, NAN, 2, NAN, NAN, NAN, NAN, -inf, -inf, -inf, NAN, inf, 7};
-    bk_buffer *b = tl_buf(dt, x, 15), *y = NULL;
-    if (TL_OK(bk_rows_max(tl_ctx, b, 5, 3, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){5, 2, -inf, -inf, inf}), 5);
-    bk_buffer_release(y);
-    bk_buffer_release(b);
-    bk_buffer *e = tl_buf(dt, NULL, 0);
-    if (TL_OK(bk_rows_max(tl_ctx, e, 3, 0, &y)) == BK_OK) TL_BUF_EXACT(y, ((double[]){0, 0, 0}), 3);
-    bk_buffer_release(y);
-    if (TL_OK(bk_rows_max(tl_ctx, e, 0, 4, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    if (TL_OK(bk_rows_max(tl_ctx, e, 0, 0, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    bk_buffer_release(e);
+    exact_case(dt, call_rows_max, x, 15, 5, 3, (double[]){5, 2, -inf, -inf, inf}, 5);
+    empty_case(dt, call_rows_max, 3, 0, 3);
+    empty_case(dt, call_rows_max, 0, 4, 0);
+    empty_case(dt, call_rows_max, 0, 0, 0);
   }
 }
 
-static void rows_max_random(void) {
-  static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {17, 1000}, {64, 33}, {2, 100000}};
-  for (int d = 0; d < TL_DTYPES; d++) {
-    bk_dtype dt = tl_dtypes[d];
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-      int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)rows * sizeof *ref);
-      tl_seed(600 + s);
-      if (s % 2)
-        fill_tricky(x, n, 1);
-      else
-        tl_fill_randn(x, n);
-      bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
-      double *h = held(b);
-      for (int64_t r = 0; r < rows; r++) {
-        double m = -INFINITY;
-        for (int64_t j = 0; j < cols; j++)
-          if (h[r * cols + j] > m) m = h[r * cols + j];
-        ref[r] = m;
-      }
-      if (TL_OK(bk_rows_max(tl_ctx, b, rows, cols, &y)) == BK_OK) {
-        TL_BUF_EXACT(y, ref, rows);
-        if (TL_OK(bk_rows_max(tl_ctx, b, rows, cols, &y2)) == BK_OK)
-          TL_CHECK(tl_same_bits(y, y2), "rows_max is not deterministic");
-      }
-      TL_UNCHANGED(b, h, n);
-      bk_buffer_release(y);
-      bk_buffer_release(y2);
-      bk_buffer_release(b);
-      free(h);
-      free(x);
-      free(ref);
-    }
+static void rows_max_random_shape(bk_dtype dt, size_t s) {
+  rows_case c;
+  rows_case_make(&c, dt, reduce_shapes[s][0], reduce_shapes[s][1], 600 + s,
+                 s % 2 ? FILL_SPECIALS : FILL_RANDN);
+  for (int64_t r = 0; r < c.rows; r++) {
+    double m = -INFINITY;
+    for (int64_t j = 0; j < c.cols; j++)
+      if (c.h[r * c.cols + j] > m) m = c.h[r * c.cols + j];
+    c.ref[r] = m;
   }
+  check_twice("rows_max", call_rows_max, c.b, c.rows, c.cols, c.ref, c.rows, -1, 0);
+  TL_UNCHANGED(c.b, c.h, c.n);
+  rows_case_free(&c);
 }
 
-static bk_status call_rows_max(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out) {
-  return bk_rows_max(tl_ctx, x, rows, cols, out);
-}
+static void rows_max_random(void) { each_reduce_shape(rows_max_random_shape); }
 
 static void rows_max_errors(void) { matrix_errors(call_rows_max); }
 
@@ -224,19 +276,11 @@ static void first_max_ref(const double *x, double *ref, int64_t rows, int64_t co
   }
 }
 
-/* First-max mask of b (held values h) against the reference, exact, and a
- * second run with the same bits; ref receives the reference mask. */
-static void first_max_check(const bk_buffer *b, const double *h, double *ref, int64_t rows,
-                            int64_t cols) {
-  bk_buffer *y = NULL, *y2 = NULL;
-  first_max_ref(h, ref, rows, cols);
-  if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y)) == BK_OK) {
-    TL_BUF_EXACT(y, ref, rows * cols);
-    if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, rows, cols, &y2)) == BK_OK)
-      TL_CHECK(tl_same_bits(y, y2), "first_max_mask is not deterministic");
-  }
-  bk_buffer_release(y);
-  bk_buffer_release(y2);
+/* First-max mask of the case's buffer against the reference made from its
+ * held values (into c->ref), exact, and a second run with the same bits. */
+static void first_max_check(rows_case *c) {
+  first_max_ref(c->h, c->ref, c->rows, c->cols);
+  check_twice("first_max_mask", call_first_max, c->b, c->rows, c->cols, c->ref, c->n, -1, 0);
 }
 
 static void first_max_examples(void) {
@@ -244,26 +288,15 @@ static void first_max_examples(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     const double x[] = {3, 1, 3, 2};
-    bk_buffer *b = tl_buf(dt, x, 4), *y = NULL;
-    if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, 1, 4, &y)) == BK_OK)
-      TL_BUF_EXACT(y, ((double[]){1, 0, 0, 0}), 4);
-    bk_buffer_release(y);
-    bk_buffer_release(b);
+    exact_case(dt, call_first_max, x, 4, 1, 4, (double[]){1, 0, 0, 0}, 4);
     /* rows: all -inf | NaN first stays | NaN later never wins | -inf then
      * NaN then a number | -0 ties +0 | all NaN */
     const double s[] = {-inf, -inf, -inf, NAN, 5, 7,   1, NAN, 2,
                         -inf, NAN, 5,     -0.0, 0, 0,  NAN, NAN, NAN};
     const double want[] = {1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 1, 1, 0, 0, 1, 0, 0};
-    b = tl_buf(dt, s, 18);
-    if (TL_OK(bk_rows_first_max_mask(tl_ctx, b, 6, 3, &y)) == BK_OK) TL_BUF_EXACT(y, want, 18);
-    bk_buffer_release(y);
-    bk_buffer_release(b);
-    bk_buffer *e = tl_buf(dt, NULL, 0);
-    if (TL_OK(bk_rows_first_max_mask(tl_ctx, e, 3, 0, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    if (TL_OK(bk_rows_first_max_mask(tl_ctx, e, 0, 3, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-    bk_buffer_release(y);
-    bk_buffer_release(e);
+    exact_case(dt, call_first_max, s, 18, 6, 3, want, 18);
+    empty_case(dt, call_first_max, 3, 0, 0);
+    empty_case(dt, call_first_max, 0, 3, 0);
   }
 }
 
@@ -273,25 +306,15 @@ static void first_max_random(void) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       for (int specials = 0; specials <= 1; specials++) {
-        int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
-        tl_seed(700 + s);
-        fill_tricky(x, n, specials);
-        bk_buffer *b = tl_buf(dt, x, n);
-        double *h = held(b);
-        first_max_check(b, h, ref, rows, cols);
-        TL_UNCHANGED(b, h, n);
-        bk_buffer_release(b);
-        free(h);
-        free(x);
-        free(ref);
+        rows_case c;
+        rows_case_make(&c, dt, shapes[s][0], shapes[s][1], 700 + s,
+                       specials ? FILL_SPECIALS : FILL_TIES);
+        first_max_check(&c);
+        TL_UNCHANGED(c.b, c.h, c.n);
+        rows_case_free(&c);
       }
     }
   }
-}
-
-static bk_status call_first_max(const bk_buffer *x, int64_t rows, int64_t cols, bk_buffer **out) {
-  return bk_rows_first_max_mask(tl_ctx, x, rows, cols, out);
 }
 
 static void first_max_errors(void) { matrix_errors(call_first_max); }
@@ -312,10 +335,10 @@ static void rows_narrow(void) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
       for (size_t rc = 0; rc < sizeof row_counts / sizeof row_counts[0]; rc++) {
-        const int64_t rows = row_counts[rc], cols = widths[w], n = rows * cols;
-        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
-        tl_seed(1200 + 10 * w + rc);
-        fill_tricky(x, n, 1);
+        const int64_t rows = row_counts[rc], cols = widths[w];
+        rows_case c;
+        rows_case_fill(&c, rows, cols, 1200 + 10 * w + rc, FILL_SPECIALS);
+        double *x = c.x, *ref = c.ref;
         for (int64_t j = 0; j < cols; j++) {
           x[j] = NAN;
           x[cols + j] = j == 0 ? NAN : (double)(j % 5);
@@ -323,8 +346,8 @@ static void rows_narrow(void) {
           x[3 * cols + j] = j == 0 ? -0.0 : 0.0;
           x[4 * cols + j] = j == cols - 1 ? 9 : 1;
         }
-        bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
-        double *h = held(b);
+        rows_case_upload(&c, dt);
+        const double *h = c.h;
         double scale = 1;
         for (int64_t r = 0; r < rows; r++) {
           double acc = 0, mag = 0;
@@ -335,14 +358,7 @@ static void rows_narrow(void) {
           ref[r] = acc;
           if (mag > scale) scale = mag;
         }
-        if (TL_OK(bk_rows_sum(tl_ctx, b, rows, cols, &y)) == BK_OK) {
-          TL_BUF_CLOSE(y, ref, rows, tl_tol_red(dt), scale);
-          if (TL_OK(bk_rows_sum(tl_ctx, b, rows, cols, &y2)) == BK_OK)
-            TL_CHECK(tl_same_bits(y, y2), "rows_sum is not deterministic");
-        }
-        bk_buffer_release(y);
-        bk_buffer_release(y2);
-        y = y2 = NULL;
+        check_twice("rows_sum", call_rows_sum, c.b, rows, cols, ref, rows, tl_tol_red(dt), scale);
         for (int64_t r = 0; r < rows; r++) {
           /* The first maximal non-NaN entry, so -0 before +0 gives -0. */
           double m = -INFINITY;
@@ -356,15 +372,12 @@ static void rows_narrow(void) {
           }
           ref[r] = m;
         }
-        if (TL_OK(bk_rows_max(tl_ctx, b, rows, cols, &y)) == BK_OK) TL_BUF_EXACT(y, ref, rows);
+        bk_buffer *y = NULL;
+        if (TL_OK(bk_rows_max(tl_ctx, c.b, rows, cols, &y)) == BK_OK) TL_BUF_EXACT(y, ref, rows);
         bk_buffer_release(y);
-        y = NULL;
-        first_max_check(b, h, ref, rows, cols);
-        TL_UNCHANGED(b, h, n);
-        bk_buffer_release(b);
-        free(h);
-        free(x);
-        free(ref);
+        first_max_check(&c);
+        TL_UNCHANGED(c.b, h, c.n);
+        rows_case_free(&c);
       }
     }
   }
@@ -384,6 +397,33 @@ static void topk_beaters(const double *x, int64_t *beaters, int64_t rows, int64_
       beaters[r * cols + i] = c;
     }
   }
+}
+
+/* Runs one(c, beaters) on a top-k case of every dtype, shape and fill
+ * kind: c made from seed_base + 3 * shape + fill, beaters those of its held
+ * values. */
+static void each_topk_case(const int64_t (*shapes)[2], size_t nshapes, uint64_t seed_base,
+                           void (*one)(rows_case *c, const int64_t *beaters)) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < nshapes; s++) {
+      for (int fill = FILL_RANDN; fill <= FILL_SPECIALS; fill++) {
+        rows_case c;
+        rows_case_make(&c, dt, shapes[s][0], shapes[s][1], seed_base + 3 * s + (uint64_t)fill,
+                       fill);
+        int64_t *beaters = tl_xmalloc((size_t)c.n * sizeof *beaters);
+        topk_beaters(c.h, beaters, c.rows, c.cols);
+        one(&c, beaters);
+        free(beaters);
+        rows_case_free(&c);
+      }
+    }
+  }
+}
+
+/* The reference mask for k into c->ref. */
+static void topk_ref(rows_case *c, const int64_t *beaters, int64_t k) {
+  for (int64_t i = 0; i < c->n; i++) c->ref[i] = beaters[i] < k ? 1 : 0;
 }
 
 static void topk_examples(void) {
@@ -431,86 +471,50 @@ static void topk_examples(void) {
   }
 }
 
+/* A few k from 1 to cols, each run twice; the input unchanged. */
+static void topk_random_case(rows_case *c, const int64_t *beaters) {
+  const int64_t rows = c->rows, cols = c->cols;
+  const int64_t ks[] = {1, cols / 3, cols / 2, cols - 1, cols};
+  for (int ki = 0; ki < 5; ki++) {
+    int64_t k = ks[ki];
+    if (k < 1) continue;
+    topk_ref(c, beaters, k);
+    bk_buffer *y = NULL, *y2 = NULL;
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, c->b, rows, cols, k, &y)) == BK_OK) {
+      TL_BUF_EXACT(y, c->ref, c->n);
+      if (TL_OK(bk_rows_topk_mask(tl_ctx, c->b, rows, cols, k, &y2)) == BK_OK)
+        TL_CHECK(tl_same_bits(y, y2), "topk_mask is not deterministic");
+    }
+    bk_buffer_release(y);
+    bk_buffer_release(y2);
+  }
+  TL_UNCHANGED(c->b, c->h, c->n);
+}
+
 static void topk_random(void) {
   static const int64_t shapes[][2] = {{20, 1},  {20, 2},  {20, 5},   {20, 64},
                                       {20, 65}, {20, 100}, {5, 1000}, {3, 4096}};
-  for (int d = 0; d < TL_DTYPES; d++) {
-    bk_dtype dt = tl_dtypes[d];
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-      for (int kind = 0; kind < 3; kind++) {
-        int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
-        int64_t *beaters = tl_xmalloc((size_t)n * sizeof *beaters);
-        tl_seed(800 + 3 * s + (uint64_t)kind);
-        if (kind == 0)
-          tl_fill_randn(x, n);
-        else
-          fill_tricky(x, n, kind == 2);
-        bk_buffer *b = tl_buf(dt, x, n);
-        double *h = held(b);
-        topk_beaters(h, beaters, rows, cols);
-        const int64_t ks[] = {1, cols / 3, cols / 2, cols - 1, cols};
-        for (int ki = 0; ki < 5; ki++) {
-          int64_t k = ks[ki];
-          if (k < 1) continue;
-          for (int64_t i = 0; i < n; i++) ref[i] = beaters[i] < k ? 1 : 0;
-          bk_buffer *y = NULL, *y2 = NULL;
-          if (TL_OK(bk_rows_topk_mask(tl_ctx, b, rows, cols, k, &y)) == BK_OK) {
-            TL_BUF_EXACT(y, ref, n);
-            if (TL_OK(bk_rows_topk_mask(tl_ctx, b, rows, cols, k, &y2)) == BK_OK)
-              TL_CHECK(tl_same_bits(y, y2), "topk_mask is not deterministic");
-          }
-          bk_buffer_release(y);
-          bk_buffer_release(y2);
-        }
-        TL_UNCHANGED(b, h, n);
-        bk_buffer_release(b);
-        free(h);
-        free(x);
-        free(ref);
-        free(beaters);
-      }
-    }
-  }
+  each_topk_case(shapes, sizeof shapes / sizeof shapes[0], 800, topk_random_case);
 }
 
 /* Every k from 1 to 8 on the row widths the CUDA lane-group kernel takes
  * (32..256 float columns, 16..128 double columns), row counts that leave a
  * warp partly filled, and rows with ties, signed zeros, infinities and NaN
  * mixed with clean rows. */
+static void topk_small_k_case(rows_case *c, const int64_t *beaters) {
+  for (int64_t k = 1; k <= 8; k++) {
+    topk_ref(c, beaters, k);
+    bk_buffer *y = NULL;
+    if (TL_OK(bk_rows_topk_mask(tl_ctx, c->b, c->rows, c->cols, k, &y)) == BK_OK)
+      TL_BUF_EXACT(y, c->ref, c->n);
+    bk_buffer_release(y);
+  }
+}
+
 static void topk_small_k(void) {
   static const int64_t shapes[][2] = {{1, 32}, {3, 64}, {7, 128}, {9, 256}, {9, 16},
                                       {33, 32}, {4096, 64}};
-  for (int d = 0; d < TL_DTYPES; d++) {
-    bk_dtype dt = tl_dtypes[d];
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-      for (int kind = 0; kind < 3; kind++) {
-        int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
-        int64_t *beaters = tl_xmalloc((size_t)n * sizeof *beaters);
-        tl_seed(900 + 3 * s + (uint64_t)kind);
-        if (kind == 0)
-          tl_fill_randn(x, n);
-        else
-          fill_tricky(x, n, kind == 2);
-        bk_buffer *b = tl_buf(dt, x, n);
-        double *h = held(b);
-        topk_beaters(h, beaters, rows, cols);
-        for (int64_t k = 1; k <= 8; k++) {
-          for (int64_t i = 0; i < n; i++) ref[i] = beaters[i] < k ? 1 : 0;
-          bk_buffer *y = NULL;
-          if (TL_OK(bk_rows_topk_mask(tl_ctx, b, rows, cols, k, &y)) == BK_OK)
-            TL_BUF_EXACT(y, ref, n);
-          bk_buffer_release(y);
-        }
-        bk_buffer_release(b);
-        free(h);
-        free(x);
-        free(ref);
-        free(beaters);
-      }
-    }
-  }
+  each_topk_case(shapes, sizeof shapes / sizeof shapes[0], 900, topk_small_k_case);
 }
 
 /* k >= cols on a result longer than the front door's fill block. */

@@ -106,80 +106,90 @@ static int check_scan(const char *what, const bk_buffer *b, const double *ref,
   return ok;
 }
 
+/* The forward of one form: the token-dependent one when var is set. */
+static bk_status scan_forward(int var, const bk_buffer *A, const bk_buffer *B, const bk_buffer *X,
+                              const bk_buffer *h0, int64_t T, int64_t S, bk_buffer **y) {
+  return var ? bk_scan_diag_var(tl_ctx, A, B, X, h0, T, S, y)
+             : bk_scan_diag(tl_ctx, A, B, X, h0, T, S, y);
+}
+
+/* The backward of one form into g: dA, dB, dX, dh0. */
+static bk_status scan_backward(int var, const bk_buffer *A, const bk_buffer *B,
+                               const bk_buffer *X, const bk_buffer *h0, const bk_buffer *out,
+                               const bk_buffer *dy, int64_t T, int64_t S, bk_buffer *g[4]) {
+  return var ? bk_scan_diag_var_backward(tl_ctx, A, B, X, h0, out, dy, T, S, &g[0], &g[1], &g[2],
+                                         &g[3])
+             : bk_scan_diag_backward(tl_ctx, A, B, X, h0, out, dy, T, S, &g[0], &g[1], &g[2],
+                                     &g[3]);
+}
+
+/* b against want (n values): exactly when tol is 0, else within tol at scale. */
+static void expect_values(const bk_buffer *b, const double *want, int64_t n, double tol,
+                          double scale) {
+  if (tol == 0)
+    TL_BUF_EXACT(b, want, n);
+  else
+    TL_BUF_CLOSE(b, want, n, tol, scale);
+}
+
 /* ---- examples -------------------------------------------------------------------------- */
 
 static const double ex_X[] = {2, 1, 4, -2, 0, 3};
 static const double ex_h0[] = {1, -1};
 static const double ones6[] = {1, 1, 1, 1, 1, 1};
 
+/* The contract's example of one form with X = ex_X and h0 = ex_h0 as
+ * (3, 2) and dy = ones: y (6 values) and the gradients dA, dB (nc values
+ * each), dX (6) and dh0 (2) against the printed values, exactly when tol is
+ * 0 (else within tol, at scale 4 and 1 for dh0), the inputs unchanged (dy
+ * checked in the shared form). */
+static void example_case(bk_dtype dt, int var, const double *A, const double *B,
+                         const double *want[5], double tol) {
+  const int64_t nc = var ? 6 : 2;
+  bk_buffer *bA = tl_buf(dt, A, nc), *bB = tl_buf(dt, B, nc), *bX = tl_buf(dt, ex_X, 6);
+  bk_buffer *bh = tl_buf(dt, ex_h0, 2), *dy = tl_buf(dt, ones6, 6), *y = NULL;
+  if (TL_OK(scan_forward(var, bA, bB, bX, bh, 3, 2, &y)) == BK_OK) {
+    expect_values(y, want[0], 6, tol, 4.0);
+    bk_buffer *g[4] = {NULL};
+    if (TL_OK(scan_backward(var, bA, bB, bX, bh, y, dy, 3, 2, g)) == BK_OK) {
+      expect_values(g[0], want[1], nc, tol, 4.0);
+      expect_values(g[1], want[2], nc, tol, 4.0);
+      expect_values(g[2], want[3], 6, tol, 4.0);
+      expect_values(g[3], want[4], 2, tol, 1.0);
+    }
+    for (int k = 0; k < 4; k++) bk_buffer_release(g[k]);
+  }
+  TL_UNCHANGED(bA, A, nc);
+  TL_UNCHANGED(bB, B, nc);
+  TL_UNCHANGED(bX, ex_X, 6);
+  TL_UNCHANGED(bh, ex_h0, 2);
+  if (!var) TL_UNCHANGED(dy, ones6, 6);
+  bk_buffer_release(y);
+  bk_buffer_release(bA);
+  bk_buffer_release(bB);
+  bk_buffer_release(bX);
+  bk_buffer_release(bh);
+  bk_buffer_release(dy);
+}
+
 static void examples_shared(void) {
   const double A[] = {0.5, 0.25}, B[] = {1, 2};
-  for (int d = 0; d < TL_DTYPES; d++) {
-    bk_dtype dt = tl_dtypes[d];
-    bk_buffer *bA = tl_buf(dt, A, 2), *bB = tl_buf(dt, B, 2), *bX = tl_buf(dt, ex_X, 6);
-    bk_buffer *bh = tl_buf(dt, ex_h0, 2), *dy = tl_buf(dt, ones6, 6), *y = NULL;
-    if (TL_OK(bk_scan_diag(tl_ctx, bA, bB, bX, bh, 3, 2, &y)) == BK_OK) {
-      TL_BUF_EXACT(y, ((double[]){2.5, 1.75, 5.25, -3.5625, 2.625, 5.109375}), 6);
-      bk_buffer *gA = NULL, *gB = NULL, *gX = NULL, *gh = NULL;
-      if (TL_OK(bk_scan_diag_backward(tl_ctx, bA, bB, bX, bh, y, dy, 3, 2, &gA, &gB, &gX, &gh)) ==
-          BK_OK) {
-        TL_BUF_EXACT(gA, ((double[]){10.75, -2.6875}), 2);
-        TL_BUF_EXACT(gB, ((double[]){9.5, 1.8125}), 2);
-        TL_BUF_EXACT(gX, ((double[]){1.75, 2.625, 1.5, 2.5, 1, 2}), 6);
-        TL_BUF_EXACT(gh, ((double[]){0.875, 0.328125}), 2);
-      }
-      bk_buffer_release(gA);
-      bk_buffer_release(gB);
-      bk_buffer_release(gX);
-      bk_buffer_release(gh);
-    }
-    TL_UNCHANGED(bA, A, 2);
-    TL_UNCHANGED(bB, B, 2);
-    TL_UNCHANGED(bX, ex_X, 6);
-    TL_UNCHANGED(bh, ex_h0, 2);
-    TL_UNCHANGED(dy, ones6, 6);
-    bk_buffer_release(y);
-    bk_buffer_release(bA);
-    bk_buffer_release(bB);
-    bk_buffer_release(bX);
-    bk_buffer_release(bh);
-    bk_buffer_release(dy);
-  }
+  const double *want[5] = {(double[]){2.5, 1.75, 5.25, -3.5625, 2.625, 5.109375},
+                           (double[]){10.75, -2.6875}, (double[]){9.5, 1.8125},
+                           (double[]){1.75, 2.625, 1.5, 2.5, 1, 2}, (double[]){0.875, 0.328125}};
+  for (int d = 0; d < TL_DTYPES; d++) example_case(tl_dtypes[d], 0, A, B, want, 0);
 }
 
 static void examples_var(void) {
   const double A[] = {0.5, 0.25, 0.1, 0.75, -1, 0.2}, B[] = {1, 2, 0.5, -1, 0.25, 0.5};
+  const double *want[5] = {(double[]){2.5, 1.75, 2.25, 3.3125, -2.25, 2.1625},
+                           (double[]){1, -1.9, 0, 2.1, 2.25, 3.3125},
+                           (double[]){2, 1.9, 0, -2.4, 0, 3},
+                           (double[]){1, 3.8, 0, -1.2, 0.25, 0.5}, (double[]){0.5, 0.475}};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     /* The example's values are exact to their printed digits. */
-    const double tol = dt == BK_F32 ? tl_tol_red(dt) : 1e-12;
-    bk_buffer *bA = tl_buf(dt, A, 6), *bB = tl_buf(dt, B, 6), *bX = tl_buf(dt, ex_X, 6);
-    bk_buffer *bh = tl_buf(dt, ex_h0, 2), *dy = tl_buf(dt, ones6, 6), *y = NULL;
-    if (TL_OK(bk_scan_diag_var(tl_ctx, bA, bB, bX, bh, 3, 2, &y)) == BK_OK) {
-      TL_BUF_CLOSE(y, ((double[]){2.5, 1.75, 2.25, 3.3125, -2.25, 2.1625}), 6, tol, 4.0);
-      bk_buffer *gA = NULL, *gB = NULL, *gX = NULL, *gh = NULL;
-      if (TL_OK(bk_scan_diag_var_backward(tl_ctx, bA, bB, bX, bh, y, dy, 3, 2, &gA, &gB, &gX,
-                                          &gh)) == BK_OK) {
-        TL_BUF_CLOSE(gA, ((double[]){1, -1.9, 0, 2.1, 2.25, 3.3125}), 6, tol, 4.0);
-        TL_BUF_CLOSE(gB, ((double[]){2, 1.9, 0, -2.4, 0, 3}), 6, tol, 4.0);
-        TL_BUF_CLOSE(gX, ((double[]){1, 3.8, 0, -1.2, 0.25, 0.5}), 6, tol, 4.0);
-        TL_BUF_CLOSE(gh, ((double[]){0.5, 0.475}), 2, tol, 1.0);
-      }
-      bk_buffer_release(gA);
-      bk_buffer_release(gB);
-      bk_buffer_release(gX);
-      bk_buffer_release(gh);
-    }
-    TL_UNCHANGED(bA, A, 6);
-    TL_UNCHANGED(bB, B, 6);
-    TL_UNCHANGED(bX, ex_X, 6);
-    TL_UNCHANGED(bh, ex_h0, 2);
-    bk_buffer_release(y);
-    bk_buffer_release(bA);
-    bk_buffer_release(bB);
-    bk_buffer_release(bX);
-    bk_buffer_release(bh);
-    bk_buffer_release(dy);
+    example_case(dt, 1, A, B, want, dt == BK_F32 ? tl_tol_red(dt) : 1e-12);
   }
 }
 
@@ -198,27 +208,26 @@ static const scase cases[] = {
 
 static void random_case(bk_dtype dt, const scase *sc, int var, uint64_t seed) {
   const int64_t T = sc->T, S = sc->S, n = T * S, nc = var ? n : S;
-  double *A = tl_xmalloc((size_t)nc * sizeof *A), *B = tl_xmalloc((size_t)nc * sizeof *B);
-  double *X = tl_xmalloc((size_t)n * sizeof *X), *h0 = tl_xmalloc((size_t)S * sizeof *h0);
-  double *dy = tl_xmalloc((size_t)n * sizeof *dy);
-  double *ry = tl_xmalloc((size_t)n * sizeof *ry), *py = tl_xmalloc((size_t)n * sizeof *py);
-  double *r[4], *p[4];
-  const int64_t lens[4] = {nc, nc, n, S};
+  /* The inputs A, B, X, h0 and dy; the first four are also the lengths of
+   * the gradients dA, dB, dX, dh0. */
+  static const char *in_names[5] = {"A", "B", "X", "h0", "dy"};
+  const int64_t lens[5] = {nc, nc, n, S, n};
+  double *in[5], *r[4], *p[4];
+  bk_buffer *b[5];
+  for (int k = 0; k < 5; k++) in[k] = tl_xmalloc((size_t)lens[k] * sizeof *in[k]);
   for (int k = 0; k < 4; k++) {
     r[k] = tl_xmalloc((size_t)lens[k] * sizeof *r[k]);
     p[k] = tl_xmalloc((size_t)lens[k] * sizeof *p[k]);
   }
+  double *A = in[0], *B = in[1], *X = in[2], *h0 = in[3], *dy = in[4];
+  double *ry = tl_xmalloc((size_t)n * sizeof *ry), *py = tl_xmalloc((size_t)n * sizeof *py);
   tl_seed(seed);
   tl_fill_uniform(A, nc, sc->alo, sc->ahi);
   tl_fill_uniform(B, nc, -1, 1);
   tl_fill_randn(X, n);
   tl_fill_randn(h0, S);
   tl_fill_randn(dy, n);
-  tl_round(dt, A, nc);
-  tl_round(dt, B, nc);
-  tl_round(dt, X, n);
-  tl_round(dt, h0, S);
-  tl_round(dt, dy, n);
+  for (int k = 0; k < 5; k++) tl_round(dt, in[k], lens[k]);
   double mag, pmag, mags[4], pmags[4];
   ref_forward(dt, 0, A, B, X, h0, T, S, var, ry, &mag);
   ref_forward(dt, 1, A, B, X, h0, T, S, var, py, &pmag);
@@ -226,37 +235,26 @@ static void random_case(bk_dtype dt, const scase *sc, int var, uint64_t seed) {
   snprintf(what, sizeof what, "%s %s T %" PRId64 " S %" PRId64, var ? "var" : "shared",
            tl_dtname(dt), T, S);
 
-  bk_buffer *bA = tl_buf(dt, A, nc), *bB = tl_buf(dt, B, nc), *bX = tl_buf(dt, X, n);
-  bk_buffer *bh = tl_buf(dt, h0, S), *bdy = tl_buf(dt, dy, n), *y = NULL, *y2 = NULL;
-  bk_status st = var ? bk_scan_diag_var(tl_ctx, bA, bB, bX, bh, T, S, &y)
-                     : bk_scan_diag(tl_ctx, bA, bB, bX, bh, T, S, &y);
-  if (TL_OK(st) == BK_OK) {
+  for (int k = 0; k < 5; k++) b[k] = tl_buf(dt, in[k], lens[k]);
+  bk_buffer *y = NULL, *y2 = NULL;
+  if (TL_OK(scan_forward(var, b[0], b[1], b[2], b[3], T, S, &y)) == BK_OK) {
     check_scan(what, y, ry, py, n, dt, mag);
-    st = var ? bk_scan_diag_var(tl_ctx, bA, bB, bX, bh, T, S, &y2)
-             : bk_scan_diag(tl_ctx, bA, bB, bX, bh, T, S, &y2);
-    if (TL_OK(st) == BK_OK) TL_CHECK(tl_same_bits(y, y2), "scan forward is not deterministic");
+    if (TL_OK(scan_forward(var, b[0], b[1], b[2], b[3], T, S, &y2)) == BK_OK)
+      TL_CHECK(tl_same_bits(y, y2), "scan forward is not deterministic");
 
     /* The backward reads h from the forward result as stored. */
     double *h = tl_read(y);
     ref_backward(dt, 0, A, B, X, h0, h, dy, T, S, var, r[0], r[1], r[2], r[3], mags);
     ref_backward(dt, 1, A, B, X, h0, h, dy, T, S, var, p[0], p[1], p[2], p[3], pmags);
     bk_buffer *g[4] = {NULL}, *g2[4] = {NULL};
-    st = var ? bk_scan_diag_var_backward(tl_ctx, bA, bB, bX, bh, y, bdy, T, S, &g[0], &g[1],
-                                         &g[2], &g[3])
-             : bk_scan_diag_backward(tl_ctx, bA, bB, bX, bh, y, bdy, T, S, &g[0], &g[1], &g[2],
-                                     &g[3]);
-    if (TL_OK(st) == BK_OK) {
+    if (TL_OK(scan_backward(var, b[0], b[1], b[2], b[3], y, b[4], T, S, g)) == BK_OK) {
       static const char *names[4] = {"dA", "dB", "dX", "dh0"};
       for (int k = 0; k < 4; k++) {
         char w2[128];
         snprintf(w2, sizeof w2, "%s, %s", what, names[k]);
         check_scan(w2, g[k], r[k], p[k], lens[k], dt, mags[k]);
       }
-      st = var ? bk_scan_diag_var_backward(tl_ctx, bA, bB, bX, bh, y, bdy, T, S, &g2[0], &g2[1],
-                                           &g2[2], &g2[3])
-               : bk_scan_diag_backward(tl_ctx, bA, bB, bX, bh, y, bdy, T, S, &g2[0], &g2[1],
-                                       &g2[2], &g2[3]);
-      if (TL_OK(st) == BK_OK)
+      if (TL_OK(scan_backward(var, b[0], b[1], b[2], b[3], y, b[4], T, S, g2)) == BK_OK)
         for (int k = 0; k < 4; k++)
           TL_CHECK(tl_same_bits(g[k], g2[k]), "scan backward %d is not deterministic", k);
     }
@@ -267,27 +265,18 @@ static void random_case(bk_dtype dt, const scase *sc, int var, uint64_t seed) {
     }
     free(h);
   }
-  TL_UNCHANGED(bA, A, nc);
-  TL_UNCHANGED(bB, B, nc);
-  TL_UNCHANGED(bX, X, n);
-  TL_UNCHANGED(bh, h0, S);
-  TL_UNCHANGED(bdy, dy, n);
+  for (int k = 0; k < 5; k++)
+    tl_unchanged_at(__FILE__, __LINE__, in_names[k], b[k], in[k], lens[k]);
   bk_buffer_release(y);
   bk_buffer_release(y2);
-  bk_buffer_release(bA);
-  bk_buffer_release(bB);
-  bk_buffer_release(bX);
-  bk_buffer_release(bh);
-  bk_buffer_release(bdy);
+  for (int k = 0; k < 5; k++) {
+    bk_buffer_release(b[k]);
+    free(in[k]);
+  }
   for (int k = 0; k < 4; k++) {
     free(r[k]);
     free(p[k]);
   }
-  free(A);
-  free(B);
-  free(X);
-  free(h0);
-  free(dy);
   free(ry);
   free(py);
 }
@@ -307,10 +296,8 @@ static double loss(const double *A, const double *B, const double *X, const doub
   const int64_t n = T * S, nc = var ? n : S;
   bk_buffer *bA = tl_buf(BK_F64, A, nc), *bB = tl_buf(BK_F64, B, nc), *bX = tl_buf(BK_F64, X, n);
   bk_buffer *bh = tl_buf(BK_F64, h0, S), *y = NULL;
-  bk_status st = var ? bk_scan_diag_var(tl_ctx, bA, bB, bX, bh, T, S, &y)
-                     : bk_scan_diag(tl_ctx, bA, bB, bX, bh, T, S, &y);
   double L = NAN;
-  if (st == BK_OK) {
+  if (scan_forward(var, bA, bB, bX, bh, T, S, &y) == BK_OK) {
     double *v = tl_read(y);
     L = 0;
     for (int64_t i = 0; i < n; i++) L += dy[i] * v[i];
@@ -345,16 +332,8 @@ static void finite_differences(void) {
       tl_fill_randn(dy, n);
       bk_buffer *b[4], *bdy = tl_buf(BK_F64, dy, n), *y = NULL, *g[4] = {NULL};
       for (int k = 0; k < 4; k++) b[k] = tl_buf(BK_F64, in[k], lens[k]);
-      bk_status st = var ? bk_scan_diag_var(tl_ctx, b[0], b[1], b[2], b[3], T, S, &y)
-                         : bk_scan_diag(tl_ctx, b[0], b[1], b[2], b[3], T, S, &y);
-      int ok = TL_OK(st) == BK_OK;
-      if (ok) {
-        st = var ? bk_scan_diag_var_backward(tl_ctx, b[0], b[1], b[2], b[3], y, bdy, T, S, &g[0],
-                                             &g[1], &g[2], &g[3])
-                 : bk_scan_diag_backward(tl_ctx, b[0], b[1], b[2], b[3], y, bdy, T, S, &g[0],
-                                         &g[1], &g[2], &g[3]);
-        ok = TL_OK(st) == BK_OK;
-      }
+      int ok = TL_OK(scan_forward(var, b[0], b[1], b[2], b[3], T, S, &y)) == BK_OK;
+      if (ok) ok = TL_OK(scan_backward(var, b[0], b[1], b[2], b[3], y, bdy, T, S, g)) == BK_OK;
       if (ok) {
         static const char *names[4] = {"A", "B", "X", "h0"};
         for (int k = 0; k < 4; k++) {
@@ -403,24 +382,17 @@ static void empty(void) {
       for (size_t c = 0; c < 3; c++) {
         const int64_t T = shapes[c][0], S = shapes[c][1], nc = var ? 0 : S;
         bk_buffer *e = tl_buf(dt, NULL, 0), *s = tl_buf(dt, vals, S), *co = tl_buf(dt, vals, nc);
-        bk_buffer *y = NULL, *gA = NULL, *gB = NULL, *gX = NULL, *gh = NULL;
-        bk_status st = var ? bk_scan_diag_var(tl_ctx, co, co, e, s, T, S, &y)
-                           : bk_scan_diag(tl_ctx, co, co, e, s, T, S, &y);
-        if (TL_OK(st) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
-        st = var ? bk_scan_diag_var_backward(tl_ctx, co, co, e, s, e, e, T, S, &gA, &gB, &gX, &gh)
-                 : bk_scan_diag_backward(tl_ctx, co, co, e, s, e, e, T, S, &gA, &gB, &gX, &gh);
-        if (TL_OK(st) == BK_OK) {
+        bk_buffer *y = NULL, *g[4] = {NULL};
+        if (TL_OK(scan_forward(var, co, co, e, s, T, S, &y)) == BK_OK) TL_BUF_EXACT(y, NULL, 0);
+        if (TL_OK(scan_backward(var, co, co, e, s, e, e, T, S, g)) == BK_OK) {
           /* Shared form: dA, dB are S zeros; var form: empty like dX. */
-          TL_BUF_EXACT(gA, zeros, nc);
-          TL_BUF_EXACT(gB, zeros, nc);
-          TL_BUF_EXACT(gX, NULL, 0);
-          TL_BUF_EXACT(gh, zeros, S);
+          TL_BUF_EXACT(g[0], zeros, nc);
+          TL_BUF_EXACT(g[1], zeros, nc);
+          TL_BUF_EXACT(g[2], NULL, 0);
+          TL_BUF_EXACT(g[3], zeros, S);
         }
         bk_buffer_release(y);
-        bk_buffer_release(gA);
-        bk_buffer_release(gB);
-        bk_buffer_release(gX);
-        bk_buffer_release(gh);
+        for (int k = 0; k < 4; k++) bk_buffer_release(g[k]);
         bk_buffer_release(e);
         bk_buffer_release(s);
         bk_buffer_release(co);

@@ -32,12 +32,19 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 int bk_tool_bench(int argc, char **argv);
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BENCH_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define BENCH_PRINTF(a, b)
+#endif
 
 /* ---- the ATen reference ------------------------------------------------------ */
 
@@ -121,8 +128,9 @@ typedef struct bench {
 #endif
 } bench;
 
-/* Value kinds of the inputs the bench makes. */
-enum { K_UNIFORM, K_MASK, K_POSITIVE, K_DECAY };
+/* Value kinds of the inputs the bench makes. K_UNIFORM is zero: the kind of
+ * every input a case leaves out of .kind. */
+enum { K_UNIFORM = 0, K_MASK, K_POSITIVE, K_DECAY };
 
 struct bcase;
 typedef bk_status (*call_fn)(bench *b, const struct bcase *c, bk_buffer *const *in);
@@ -494,29 +502,30 @@ static void run_case(bench *b, bcase *c) {
   free_case(c);
 }
 
-static bcase new_case(bk_dtype dt, call_fn call) {
-  bcase c;
-  memset(&c, 0, sizeof c);
-  c.dt = dt;
-  c.call = call;
-  return c;
-}
+/* How a case's name shows its dtype: NAME_DTYPE appends "_f32" or "_f64";
+ * NAME_F64 appends "_f64" to float64 cases only (the table names the
+ * float32 ones bare); NAME_EXACT keeps the name as formatted. */
+enum { NAME_DTYPE, NAME_F64, NAME_EXACT };
 
-static void add_input(bcase *c, int64_t len, int kind) {
-  c->len[c->nin] = len;
-  c->kind[c->nin] = kind;
-  c->nin++;
-}
-
-/* "name_f32" for float32 cases of the table; f64 variants replace the
- * suffix, or append one to names that have none. */
-static void set_name(bcase *c, const char *base, int suffix) {
-  if (suffix)
-    snprintf(c->name, sizeof c->name, "%s_%s", base, dtn(c->dt));
-  else if (c->dt == BK_F64)
-    snprintf(c->name, sizeof c->name, "%s_f64", base);
+/* Runs case c under the name fmt formats, its dtype shown as `naming` says.
+ * A case is one compound literal: the fields it leaves out are zero, so an
+ * input missing from .kind is K_UNIFORM. The index cases own host indices;
+ * when making them failed, the case reports that instead of running. */
+static void run_named(bench *b, bcase c, int naming, const char *fmt, ...) BENCH_PRINTF(4, 5);
+static void run_named(bench *b, bcase c, int naming, const char *fmt, ...) {
+  char base[96];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(base, sizeof base, fmt, ap);
+  va_end(ap);
+  if (naming == NAME_DTYPE || (naming == NAME_F64 && c.dt == BK_F64))
+    snprintf(c.name, sizeof c.name, "%s_%s", base, dtn(c.dt));
   else
-    snprintf(c->name, sizeof c->name, "%s", base);
+    snprintf(c.name, sizeof c.name, "%s", base);
+  if ((c.call == call_gather || c.call == call_scatter) && !c.idx)
+    report_status(b, c.name, BK_ERR_OUT_OF_MEMORY);
+  else
+    run_case(b, &c);
 }
 
 /* ---- the copy bandwidth --------------------------------------------------------------- */
@@ -621,467 +630,250 @@ static uint64_t *random_indices(int64_t k, int64_t rows) {
   return idx;
 }
 
+/* The bytes a real FFT of batch rows of length n moves: the real rows and
+ * the packed half spectrum of n / 2 + 1 [re, im] pairs a row. */
+static double fft_bytes(int64_t batch, int64_t n, double e) {
+  return ((double)batch * (double)n + 2.0 * (double)batch * (double)(n / 2 + 1)) * e;
+}
+
 /* The memory-bound cases of the table, in one dtype. */
 static void memory_cases(bench *b, bk_dtype dt) {
   const int sm = b->small;
   const double e = es(dt);
-  char base[96];
-  bcase c;
 
   /* Softmax along the last axis and a middle axis. */
   {
     int64_t r = sm ? 1024 : 8192, n = r * r;
-    c = new_case(dt, call_softmax);
-    snprintf(base, sizeof base, "softmax_lastaxis_%" PRId64 "x%" PRId64, r, r);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    c.dims[0] = r;
-    c.dims[1] = r;
-    c.rank = 2;
-    c.axis = 1;
-    c.bytes = 2.0 * (double)n * e;
-    run_case(b, &c);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_softmax, .nin = 1, .len = {n}, .dims = {r, r},
+                      .rank = 2, .axis = 1, .bytes = 2.0 * (double)n * e},
+              NAME_DTYPE, "softmax_lastaxis_%" PRId64 "x%" PRId64, r, r);
   }
   {
     int64_t o = sm ? 64 : 256, a = sm ? 256 : 1024, i = sm ? 64 : 256, n = o * a * i;
-    c = new_case(dt, call_softmax);
-    snprintf(base, sizeof base, "softmax_midaxis_%" PRId64 "x%" PRId64 "x%" PRId64, o, a, i);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    c.dims[0] = o;
-    c.dims[1] = a;
-    c.dims[2] = i;
-    c.rank = 3;
-    c.axis = 1;
-    c.bytes = 2.0 * (double)n * e;
-    run_case(b, &c);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_softmax, .nin = 1, .len = {n}, .dims = {o, a, i},
+                      .rank = 3, .axis = 1, .bytes = 2.0 * (double)n * e},
+              NAME_DTYPE, "softmax_midaxis_%" PRId64 "x%" PRId64 "x%" PRId64, o, a, i);
   }
   /* Row reductions and masks over (8192, 8192). */
   {
     int64_t r = sm ? 1024 : 8192, n = r * r;
-    c = new_case(dt, call_masked_softmax);
-    snprintf(base, sizeof base, "hard_masked_softmax_%" PRId64 "x%" PRId64, r, r);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, n, K_MASK);
-    c.rows = r;
-    c.cols = r;
-    c.bytes = 3.0 * (double)n * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_rows_sum);
-    snprintf(base, sizeof base, "row_sum_%" PRId64 "x%" PRId64, r, r);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    c.rows = r;
-    c.cols = r;
-    c.bytes = ((double)n + (double)r) * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_rows_max);
-    snprintf(base, sizeof base, "row_max_%" PRId64 "x%" PRId64, r, r);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    c.rows = r;
-    c.cols = r;
-    c.bytes = ((double)n + (double)r) * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_first_max);
-    snprintf(base, sizeof base, "first_max_mask_%" PRId64 "x%" PRId64, r, r);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    c.rows = r;
-    c.cols = r;
-    c.bytes = 2.0 * (double)n * e;
-    run_case(b, &c);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_masked_softmax, .nin = 2, .len = {n, n},
+                      .kind = {K_UNIFORM, K_MASK}, .rows = r, .cols = r,
+                      .bytes = 3.0 * (double)n * e},
+              NAME_DTYPE, "hard_masked_softmax_%" PRId64 "x%" PRId64, r, r);
+    /* Each reads x once and writes a value a row, or a mask like x. */
+    const struct {
+      call_fn call;
+      const char *name;
+      double bytes;
+    } row_ops[3] = {{call_rows_sum, "row_sum", ((double)n + (double)r) * e},
+                    {call_rows_max, "row_max", ((double)n + (double)r) * e},
+                    {call_first_max, "first_max_mask", 2.0 * (double)n * e}};
+    for (int i = 0; i < 3; i++)
+      run_named(b,
+                (bcase){.dt = dt, .call = row_ops[i].call, .nin = 1, .len = {n}, .rows = r,
+                        .cols = r, .bytes = row_ops[i].bytes},
+                NAME_DTYPE, "%s_%" PRId64 "x%" PRId64, row_ops[i].name, r, r);
   }
   /* Top-k mask: one exact primitive, set beside both ATen paths. */
   {
     int64_t r = sm ? 16384 : 262144, cols = 64, n = r * cols;
     const char *paths[2] = {"topk", "count"};
-    for (int i = 0; i < 2; i++) {
-      c = new_case(dt, call_topk);
-      snprintf(base, sizeof base, "topk_mask_%" PRId64 "x%" PRId64 "_k4_%s", r, cols, paths[i]);
-      set_name(&c, base, 0);
-      add_input(&c, n, K_UNIFORM);
-      c.rows = r;
-      c.cols = cols;
-      c.k = 4;
-      c.bytes = 2.0 * (double)n * e;
-      run_case(b, &c);
-    }
+    for (int i = 0; i < 2; i++)
+      run_named(b,
+                (bcase){.dt = dt, .call = call_topk, .nin = 1, .len = {n}, .rows = r,
+                        .cols = cols, .k = 4, .bytes = 2.0 * (double)n * e},
+                NAME_F64, "topk_mask_%" PRId64 "x%" PRId64 "_k4_%s", r, cols, paths[i]);
   }
   /* Layer norm forward and backward (the native backward of ATen needs x;
    * bufkern's uses the saved values, so both rows time the same call). */
   {
     int64_t r = sm ? 4096 : 65536, cols = sm ? 1024 : 4096, n = r * cols;
-    c = new_case(dt, call_ln_fwd);
-    snprintf(base, sizeof base, "layernorm_fwd_%" PRId64 "x%" PRId64, r, cols);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, cols, K_POSITIVE);
-    add_input(&c, cols, K_UNIFORM);
-    c.rows = r;
-    c.cols = cols;
-    c.bytes = (3.0 * (double)n + 2.0 * (double)cols + (double)r) * e;
-    run_case(b, &c);
-
+    run_named(b,
+              (bcase){.dt = dt, .call = call_ln_fwd, .nin = 3, .len = {n, cols, cols},
+                      .kind = {K_UNIFORM, K_POSITIVE, K_UNIFORM}, .rows = r, .cols = cols,
+                      .bytes = (3.0 * (double)n + 2.0 * (double)cols + (double)r) * e},
+              NAME_DTYPE, "layernorm_fwd_%" PRId64 "x%" PRId64, r, cols);
     const char *bwd[2] = {"layernorm_vjp", "layernorm_bwd_native"};
-    for (int i = 0; i < 2; i++) {
-      c = new_case(dt, call_ln_bwd);
-      snprintf(base, sizeof base, "%s_%" PRId64 "x%" PRId64, bwd[i], r, cols);
-      set_name(&c, base, 1);
-      add_input(&c, n, K_UNIFORM);
-      add_input(&c, n, K_UNIFORM);
-      add_input(&c, r, K_POSITIVE);
-      add_input(&c, cols, K_POSITIVE);
-      c.rows = r;
-      c.cols = cols;
-      c.bytes = (3.0 * (double)n + (double)r + 3.0 * (double)cols) * e;
-      run_case(b, &c);
-    }
+    for (int i = 0; i < 2; i++)
+      run_named(b,
+                (bcase){.dt = dt, .call = call_ln_bwd, .nin = 4, .len = {n, n, r, cols},
+                        .kind = {K_UNIFORM, K_UNIFORM, K_POSITIVE, K_POSITIVE}, .rows = r,
+                        .cols = cols,
+                        .bytes = (3.0 * (double)n + (double)r + 3.0 * (double)cols) * e},
+                NAME_DTYPE, "%s_%" PRId64 "x%" PRId64, bwd[i], r, cols);
   }
-  /* Real FFTs. */
+  /* Real FFTs: a packed half spectrum holds batch * (n / 2 + 1) pairs. */
   {
-    int64_t batch = sm ? 512 : 4096;
-    int64_t ns[3] = {sm ? 1024 : 4096, sm ? 1024 : 4096, sm ? 1023 : 4095};
-    for (int i = 0; i < 3; i++) {
-      int64_t n = ns[i], half = n / 2 + 1;
-      double io = ((double)batch * (double)n + 2.0 * (double)batch * (double)half) * e;
-      c = new_case(dt, i == 1 ? call_irfft : call_rfft);
-      if (i == 2)
-        snprintf(base, sizeof base, "rfft_packed_%" PRId64 "x%" PRId64 "_%s_oddn", batch, n,
-                 dtn(dt));
-      else
-        snprintf(base, sizeof base, "%s_packed_%" PRId64 "x%" PRId64 "_%s", i ? "irfft" : "rfft",
-                 batch, n, dtn(dt));
-      snprintf(c.name, sizeof c.name, "%s", base);
-      add_input(&c, i == 1 ? batch * half * 2 : batch * n, K_UNIFORM);
-      c.batch = batch;
-      c.n = n;
-      c.bytes = io;
-      run_case(b, &c);
-    }
+    int64_t batch = sm ? 512 : 4096, n = sm ? 1024 : 4096, odd = sm ? 1023 : 4095;
+    run_named(b,
+              (bcase){.dt = dt, .call = call_rfft, .nin = 1, .len = {batch * n},
+                      .batch = batch, .n = n, .bytes = fft_bytes(batch, n, e)},
+              NAME_DTYPE, "rfft_packed_%" PRId64 "x%" PRId64, batch, n);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_irfft, .nin = 1, .len = {batch * (n / 2 + 1) * 2},
+                      .batch = batch, .n = n, .bytes = fft_bytes(batch, n, e)},
+              NAME_DTYPE, "irfft_packed_%" PRId64 "x%" PRId64, batch, n);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_rfft, .nin = 1, .len = {batch * odd},
+                      .batch = batch, .n = odd, .bytes = fft_bytes(batch, odd, e)},
+              NAME_EXACT, "rfft_packed_%" PRId64 "x%" PRId64 "_%s_oddn", batch, odd, dtn(dt));
   }
-  /* Selective scans: the forward cases of the table, then the backward. */
+  /* Selective scans: the forward cases of the table, then the backward. The
+   * backward reads A, B, X, h0, out and dy and writes dA, dB, dX and dh0;
+   * its input 4 (length 0 here) is replaced by the forward result. */
   {
     int64_t T = sm ? 512 : 4096, N = sm ? 4096 : 16384, n = T * N;
-    c = new_case(dt, call_scan);
-    snprintf(base, sizeof base, "selective_scan_shared_T%" PRId64 "_N%" PRId64, T, N);
-    set_name(&c, base, 1);
-    add_input(&c, N, K_DECAY);
-    add_input(&c, N, K_UNIFORM);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, N, K_UNIFORM);
-    c.rows = T;
-    c.cols = N;
-    c.bytes = (2.0 * (double)n + 3.0 * (double)N) * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_scan_var);
-    snprintf(base, sizeof base, "selective_scan_var_T%" PRId64 "_N%" PRId64, T, N);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_DECAY);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, N, K_UNIFORM);
-    c.rows = T;
-    c.cols = N;
-    c.bytes = (4.0 * (double)n + (double)N) * e;
-    run_case(b, &c);
-
     int64_t Ts = sm ? 128 : 512, ns = Ts * N;
-    c = new_case(dt, call_scan_var);
-    snprintf(base, sizeof base, "selective_scan_var_T%" PRId64 "_N%" PRId64 "_seq", Ts, N);
-    set_name(&c, base, 0);
-    add_input(&c, ns, K_DECAY);
-    add_input(&c, ns, K_UNIFORM);
-    add_input(&c, ns, K_UNIFORM);
-    add_input(&c, N, K_UNIFORM);
-    c.rows = Ts;
-    c.cols = N;
-    c.bytes = (4.0 * (double)ns + (double)N) * e;
-    run_case(b, &c);
-
-    /* Backward: reads A, B, X, h0, out, dy; writes dA, dB, dX, dh0. */
-    c = new_case(dt, call_scan_bwd);
-    snprintf(base, sizeof base, "selective_scan_shared_bwd_T%" PRId64 "_N%" PRId64, T, N);
-    set_name(&c, base, 1);
-    add_input(&c, N, K_DECAY);
-    add_input(&c, N, K_UNIFORM);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, N, K_UNIFORM);
-    add_input(&c, 0, K_UNIFORM); /* replaced by the forward result */
-    add_input(&c, n, K_UNIFORM);
-    c.rows = T;
-    c.cols = N;
-    c.bytes = (4.0 * (double)n + 6.0 * (double)N) * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_scan_var_bwd);
-    snprintf(base, sizeof base, "selective_scan_var_bwd_T%" PRId64 "_N%" PRId64, T, N);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_DECAY);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, N, K_UNIFORM);
-    add_input(&c, 0, K_UNIFORM);
-    add_input(&c, n, K_UNIFORM);
-    c.rows = T;
-    c.cols = N;
-    c.bytes = (8.0 * (double)n + 2.0 * (double)N) * e;
-    run_case(b, &c);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_scan, .nin = 4, .len = {N, N, n, N},
+                      .kind = {K_DECAY}, .rows = T, .cols = N,
+                      .bytes = (2.0 * (double)n + 3.0 * (double)N) * e},
+              NAME_DTYPE, "selective_scan_shared_T%" PRId64 "_N%" PRId64, T, N);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_scan_var, .nin = 4, .len = {n, n, n, N},
+                      .kind = {K_DECAY}, .rows = T, .cols = N,
+                      .bytes = (4.0 * (double)n + (double)N) * e},
+              NAME_DTYPE, "selective_scan_var_T%" PRId64 "_N%" PRId64, T, N);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_scan_var, .nin = 4, .len = {ns, ns, ns, N},
+                      .kind = {K_DECAY}, .rows = Ts, .cols = N,
+                      .bytes = (4.0 * (double)ns + (double)N) * e},
+              NAME_F64, "selective_scan_var_T%" PRId64 "_N%" PRId64 "_seq", Ts, N);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_scan_bwd, .nin = 6, .len = {N, N, n, N, 0, n},
+                      .kind = {K_DECAY}, .rows = T, .cols = N,
+                      .bytes = (4.0 * (double)n + 6.0 * (double)N) * e},
+              NAME_DTYPE, "selective_scan_shared_bwd_T%" PRId64 "_N%" PRId64, T, N);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_scan_var_bwd, .nin = 6, .len = {n, n, n, N, 0, n},
+                      .kind = {K_DECAY}, .rows = T, .cols = N,
+                      .bytes = (8.0 * (double)n + 2.0 * (double)N) * e},
+              NAME_DTYPE, "selective_scan_var_bwd_T%" PRId64 "_N%" PRId64, T, N);
   }
-  /* Broadcasts and their adjoint. */
+  /* Broadcasts and their adjoint: (1, r) <-> (r, r), and a column. */
   {
     int64_t r = sm ? 1024 : 8192, n = r * r;
-    c = new_case(dt, call_broadcast_to);
-    snprintf(base, sizeof base, "broadcastTo_1x%" PRId64 "_to_%" PRId64 "x%" PRId64, r, r, r);
-    set_name(&c, base, 0);
-    add_input(&c, r, K_UNIFORM);
-    c.dims[0] = 1;
-    c.dims[1] = r;
-    c.rank = 2;
-    c.dims2[0] = r;
-    c.dims2[1] = r;
-    c.rank2 = 2;
-    c.map[0] = 1;
-    c.map[1] = 2;
-    c.bytes = ((double)n + (double)r) * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_broadcast_adj);
-    snprintf(base, sizeof base, "reduceFromBroadcast_%" PRId64 "x%" PRId64 "_to_1x%" PRId64, r, r,
-             r);
-    set_name(&c, base, 0);
-    add_input(&c, n, K_UNIFORM);
-    c.dims[0] = 1;
-    c.dims[1] = r;
-    c.rank = 2;
-    c.dims2[0] = r;
-    c.dims2[1] = r;
-    c.rank2 = 2;
-    c.map[0] = 1;
-    c.map[1] = 2;
-    c.bytes = ((double)n + (double)r) * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_broadcast_col);
-    snprintf(base, sizeof base, "broadcast_col_%" PRId64 "_to_%" PRId64 "x%" PRId64, r, r, r);
-    set_name(&c, base, 0);
-    add_input(&c, r, K_UNIFORM);
-    c.rows = r;
-    c.cols = r;
-    c.bytes = ((double)n + (double)r) * e;
-    run_case(b, &c);
+    double bytes = ((double)n + (double)r) * e;
+    run_named(b,
+              (bcase){.dt = dt, .call = call_broadcast_to, .nin = 1, .len = {r}, .dims = {1, r},
+                      .rank = 2, .dims2 = {r, r}, .rank2 = 2, .map = {1, 2}, .bytes = bytes},
+              NAME_F64, "broadcastTo_1x%" PRId64 "_to_%" PRId64 "x%" PRId64, r, r, r);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_broadcast_adj, .nin = 1, .len = {n}, .dims = {1, r},
+                      .rank = 2, .dims2 = {r, r}, .rank2 = 2, .map = {1, 2}, .bytes = bytes},
+              NAME_F64, "reduceFromBroadcast_%" PRId64 "x%" PRId64 "_to_1x%" PRId64, r, r, r);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_broadcast_col, .nin = 1, .len = {r}, .rows = r,
+                      .cols = r, .bytes = bytes},
+              NAME_F64, "broadcast_col_%" PRId64 "_to_%" PRId64 "x%" PRId64, r, r, r);
   }
   /* Swaps of adjacent axes and the axis sum. */
   {
     int64_t d0 = sm ? 8 : 32, d1 = sm ? 512 : 1024, d2 = sm ? 1024 : 2048, n = d0 * d1 * d2;
-    for (int depth = 0; depth < 2; depth++) {
-      c = new_case(dt, call_swap);
-      snprintf(base, sizeof base, "swapAdjacent_d%d_%" PRId64 "x%" PRId64 "x%" PRId64, depth, d0,
-               d1, d2);
-      set_name(&c, base, 0);
-      add_input(&c, n, K_UNIFORM);
-      c.dims[0] = d0;
-      c.dims[1] = d1;
-      c.dims[2] = d2;
-      c.rank = 3;
-      c.axis = depth;
-      c.bytes = 2.0 * (double)n * e;
-      run_case(b, &c);
-    }
+    for (int depth = 0; depth < 2; depth++)
+      run_named(b,
+                (bcase){.dt = dt, .call = call_swap, .nin = 1, .len = {n}, .dims = {d0, d1, d2},
+                        .rank = 3, .axis = depth, .bytes = 2.0 * (double)n * e},
+                NAME_F64, "swapAdjacent_d%d_%" PRId64 "x%" PRId64 "x%" PRId64, depth, d0, d1,
+                d2);
     int64_t o = sm ? 64 : 256, a = sm ? 256 : 1024, i = sm ? 64 : 256, m = o * a * i;
-    c = new_case(dt, call_sum_axis);
-    snprintf(base, sizeof base, "reduceSumAxis_ax1_%" PRId64 "x%" PRId64 "x%" PRId64, o, a, i);
-    set_name(&c, base, 0);
-    add_input(&c, m, K_UNIFORM);
-    c.dims[0] = o;
-    c.dims[1] = a;
-    c.dims[2] = i;
-    c.rank = 3;
-    c.axis = 1;
-    c.bytes = ((double)m + (double)(o * i)) * e;
-    run_case(b, &c);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_sum_axis, .nin = 1, .len = {m}, .dims = {o, a, i},
+                      .rank = 3, .axis = 1, .bytes = ((double)m + (double)(o * i)) * e},
+              NAME_F64, "reduceSumAxis_ax1_%" PRId64 "x%" PRId64 "x%" PRId64, o, a, i);
   }
   /* Gather and scatter-add of rows. */
   {
     int64_t rows = sm ? 16384 : 131072, cols = sm ? 512 : 4096, k = sm ? 8192 : 65536;
-    c = new_case(dt, call_gather);
-    snprintf(base, sizeof base, "gather_rows_k%" PRId64 "_of_%" PRId64 "x%" PRId64, k, rows, cols);
-    set_name(&c, base, 0);
-    add_input(&c, rows * cols, K_UNIFORM);
-    c.rows = rows;
-    c.cols = cols;
-    c.k = k;
-    c.idx = random_indices(k, rows);
-    c.bytes = 2.0 * (double)(k * cols) * e;
-    if (c.idx)
-      run_case(b, &c);
-    else
-      report_status(b, c.name, BK_ERR_OUT_OF_MEMORY);
-
-    c = new_case(dt, call_scatter);
-    snprintf(base, sizeof base, "scatter_add_rows_k%" PRId64 "_into_%" PRId64 "x%" PRId64, k, rows,
-             cols);
-    set_name(&c, base, 0);
-    add_input(&c, rows * cols, K_UNIFORM);
-    add_input(&c, k * cols, K_UNIFORM);
-    c.rows = rows;
-    c.cols = cols;
-    c.k = k;
-    c.idx = random_indices(k, rows);
-    c.bytes = (2.0 * (double)(rows * cols) + (double)(k * cols)) * e;
-    if (c.idx)
-      run_case(b, &c);
-    else
-      report_status(b, c.name, BK_ERR_OUT_OF_MEMORY);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_gather, .nin = 1, .len = {rows * cols},
+                      .rows = rows, .cols = cols, .k = k, .idx = random_indices(k, rows),
+                      .bytes = 2.0 * (double)(k * cols) * e},
+              NAME_F64, "gather_rows_k%" PRId64 "_of_%" PRId64 "x%" PRId64, k, rows, cols);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_scatter, .nin = 2, .len = {rows * cols, k * cols},
+                      .rows = rows, .cols = cols, .k = k, .idx = random_indices(k, rows),
+                      .bytes = (2.0 * (double)(rows * cols) + (double)(k * cols)) * e},
+              NAME_F64, "scatter_add_rows_k%" PRId64 "_into_%" PRId64 "x%" PRId64, k, rows,
+              cols);
   }
-  /* Vector concatenation and slicing (sizes in bytes of float32). */
+  /* Vector concatenation and slicing (sizes in bytes of float32); the slice
+   * takes len values from len / 2 on. */
   {
     int64_t mib = sm ? 32 : 128, n = mib * 1024 * 1024 / 4;
-    c = new_case(dt, call_concat);
-    snprintf(base, sizeof base, "concat_1d_2x%" PRId64 "MiB", mib);
-    set_name(&c, base, 0);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, n, K_UNIFORM);
-    c.n = n;
-    c.m = n;
-    c.bytes = 4.0 * (double)n * e;
-    run_case(b, &c);
-
     int64_t smib = sm ? 16 : 64, len = smib * 1024 * 1024 / 4;
-    c = new_case(dt, call_slice);
-    snprintf(base, sizeof base, "slice_1d_%" PRId64 "MiB", smib);
-    set_name(&c, base, 0);
-    add_input(&c, 2 * len, K_UNIFORM);
-    c.n = 2 * len;
-    c.m = len / 2; /* start */
-    c.p = len;     /* length */
-    c.bytes = 2.0 * (double)len * e;
-    run_case(b, &c);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_concat, .nin = 2, .len = {n, n}, .n = n, .m = n,
+                      .bytes = 4.0 * (double)n * e},
+              NAME_F64, "concat_1d_2x%" PRId64 "MiB", mib);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_slice, .nin = 1, .len = {2 * len}, .n = 2 * len,
+                      .m = len / 2, .p = len, .bytes = 2.0 * (double)len * e},
+              NAME_F64, "slice_1d_%" PRId64 "MiB", smib);
   }
-  /* Depthwise causal convolution (memory-bound). */
+  /* Depthwise causal convolution (memory-bound). The dense kernel layout
+   * (C_out, C_in, k): only the diagonal blocks are read, but the buffer
+   * holds them all. */
   {
     int64_t N = sm ? 2 : 16, C = sm ? 256 : 4096, L = sm ? 1024 : 2048, n = N * C * L;
-    c = new_case(dt, call_conv);
-    snprintf(base, sizeof base, "conv1d_depthwise_k4_causal_%" PRId64 "x%" PRId64 "x%" PRId64, N,
-             C, L);
-    set_name(&c, base, 0);
-    add_input(&c, n, K_UNIFORM);
-    /* The dense kernel layout (C_out, C_in, k): only the diagonal blocks are
-     * read, but the buffer holds them all. */
-    add_input(&c, C * C * 4, K_UNIFORM);
-    c.conv_in[0] = N;
-    c.conv_in[1] = C;
-    c.conv_in[2] = L;
-    c.conv_rank = 3;
-    c.conv_k[0] = C;
-    c.conv_k[1] = C;
-    c.conv_k[2] = 4;
-    c.conv_sr = 1;
-    c.stride[0] = 1;
-    c.pad_b[0] = 3;
-    c.pad_a[0] = 0;
-    c.dil[0] = 1;
-    c.groups = C;
-    c.bytes = (2.0 * (double)n + 4.0 * (double)C) * e;
-    run_case(b, &c);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_conv, .nin = 2, .len = {n, C * C * 4},
+                      .conv_in = {N, C, L}, .conv_rank = 3, .conv_k = {C, C, 4}, .conv_sr = 1,
+                      .stride = {1}, .pad_b = {3}, .pad_a = {0}, .dil = {1}, .groups = C,
+                      .bytes = (2.0 * (double)n + 4.0 * (double)C) * e},
+              NAME_F64, "conv1d_depthwise_k4_causal_%" PRId64 "x%" PRId64 "x%" PRId64, N, C, L);
   }
-  /* Cross-entropies. */
+  /* Cross-entropies; the teacher's gradient writes a third (rows, cols). */
   {
     int64_t r = sm ? 1024 : 8192, cols = sm ? 4096 : 32768, n = r * cols;
-    c = new_case(dt, call_xent_wm);
-    snprintf(base, sizeof base, "xent_weighted_mean_%" PRId64 "x%" PRId64, r, cols);
-    set_name(&c, base, 0);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, n, K_POSITIVE);
-    c.rows = r;
-    c.cols = cols;
-    c.bytes = 2.0 * (double)n * e;
-    run_case(b, &c);
-
-    for (int g = 0; g < 2; g++) {
-      c = new_case(dt, call_xent_teacher);
-      snprintf(base, sizeof base, "xent_teacher_%s_%" PRId64 "x%" PRId64, g ? "grad" : "loss", r,
-               cols);
-      set_name(&c, base, 0);
-      add_input(&c, n, K_UNIFORM);
-      add_input(&c, n, K_UNIFORM);
-      c.rows = r;
-      c.cols = cols;
-      c.axis = g;
-      c.bytes = (g ? 3.0 : 2.0) * (double)n * e;
-      run_case(b, &c);
-    }
+    run_named(b,
+              (bcase){.dt = dt, .call = call_xent_wm, .nin = 2, .len = {n, n},
+                      .kind = {K_UNIFORM, K_POSITIVE}, .rows = r, .cols = cols,
+                      .bytes = 2.0 * (double)n * e},
+              NAME_F64, "xent_weighted_mean_%" PRId64 "x%" PRId64, r, cols);
+    for (int g = 0; g < 2; g++)
+      run_named(b,
+                (bcase){.dt = dt, .call = call_xent_teacher, .nin = 2, .len = {n, n}, .rows = r,
+                        .cols = cols, .axis = g, .bytes = (g ? 3.0 : 2.0) * (double)n * e},
+                NAME_F64, "xent_teacher_%s_%" PRId64 "x%" PRId64, g ? "grad" : "loss", r, cols);
   }
 }
 
 /* Batched matrix products and the grouped 2-D convolution (TFLOP/s). */
 static void compute_cases(bench *b) {
   const int sm = b->small;
-  int64_t batch = sm ? 8 : 64, d = sm ? 256 : 1024;
-  char base[96];
-  bcase c;
+  int64_t batch = sm ? 8 : 64, d = sm ? 256 : 1024, nd = batch * d * d;
+  double flops = 2.0 * (double)batch * (double)d * (double)d * (double)d;
   for (int t = 0; t < 2; t++) {
-    bk_dtype dt = t ? BK_F64 : BK_F32;
     const char *var[3] = {"", "_AT", "_BT"};
-    for (int v = 0; v < 3; v++) {
-      c = new_case(dt, call_bmm);
-      snprintf(base, sizeof base, "bmm_%" PRId64 "x%" PRId64 "^3%s", batch, d, var[v]);
-      set_name(&c, base, 1);
-      add_input(&c, batch * d * d, K_UNIFORM);
-      add_input(&c, batch * d * d, K_UNIFORM);
-      c.batch = batch;
-      c.m = c.n = c.p = d;
-      c.ta = v == 1;
-      c.tb = v == 2;
-      c.flops = 2.0 * (double)batch * (double)d * (double)d * (double)d;
-      run_case(b, &c);
-    }
+    for (int v = 0; v < 3; v++)
+      run_named(b,
+                (bcase){.dt = t ? BK_F64 : BK_F32, .call = call_bmm, .nin = 2, .len = {nd, nd},
+                        .batch = batch, .m = d, .n = d, .p = d, .ta = v == 1, .tb = v == 2,
+                        .flops = flops},
+                NAME_DTYPE, "bmm_%" PRId64 "x%" PRId64 "^3%s", batch, d, var[v]);
   }
-  c = new_case(BK_F32, call_bmm_scaled);
-  snprintf(base, sizeof base, "scaled_bmm_flag_%" PRId64 "x%" PRId64 "^3", batch, d);
-  set_name(&c, base, 1);
-  add_input(&c, batch * d * d, K_UNIFORM);
-  add_input(&c, batch * d * d, K_UNIFORM);
-  c.batch = batch;
-  c.m = c.n = c.p = d;
-  c.scale = 0.5;
-  c.flops = 2.0 * (double)batch * (double)d * (double)d * (double)d;
-  run_case(b, &c);
+  run_named(b,
+            (bcase){.dt = BK_F32, .call = call_bmm_scaled, .nin = 2, .len = {nd, nd},
+                    .batch = batch, .m = d, .n = d, .p = d, .scale = 0.5, .flops = flops},
+            NAME_DTYPE, "scaled_bmm_flag_%" PRId64 "x%" PRId64 "^3", batch, d);
 
   /* 3x3 kernel, dilation 2, groups 8, padding 1|3 and 2|2 (asymmetric), so
    * the output keeps the 56x56 extent. */
   int64_t N = sm ? 2 : 32, C = sm ? 64 : 256, H = sm ? 28 : 56;
-  c = new_case(BK_F32, call_conv);
-  snprintf(base, sizeof base,
-           "conv2d_grouped8_dil2_asympad_%" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64, N, C, H,
-           H);
-  set_name(&c, base, 1);
-  add_input(&c, N * C * H * H, K_UNIFORM);
-  add_input(&c, C * C * 9, K_UNIFORM);
-  c.conv_in[0] = N;
-  c.conv_in[1] = C;
-  c.conv_in[2] = H;
-  c.conv_in[3] = H;
-  c.conv_rank = 4;
-  c.conv_k[0] = C;
-  c.conv_k[1] = C;
-  c.conv_k[2] = 3;
-  c.conv_k[3] = 3;
-  c.conv_sr = 2;
-  c.stride[0] = c.stride[1] = 1;
-  c.pad_b[0] = 1;
-  c.pad_a[0] = 3;
-  c.pad_b[1] = 2;
-  c.pad_a[1] = 2;
-  c.dil[0] = c.dil[1] = 2;
-  c.groups = 8;
-  c.flops = 2.0 * (double)N * (double)C * (double)(H * H) * (double)(C / 8) * 9.0;
-  run_case(b, &c);
+  run_named(b,
+            (bcase){.dt = BK_F32, .call = call_conv, .nin = 2, .len = {N * C * H * H, C * C * 9},
+                    .conv_in = {N, C, H, H}, .conv_rank = 4, .conv_k = {C, C, 3, 3},
+                    .conv_sr = 2, .stride = {1, 1}, .pad_b = {1, 2}, .pad_a = {3, 2},
+                    .dil = {2, 2}, .groups = 8,
+                    .flops = 2.0 * (double)N * (double)C * (double)(H * H) * (double)(C / 8) *
+                             9.0},
+            NAME_DTYPE, "conv2d_grouped8_dil2_asympad_%" PRId64 "x%" PRId64 "x%" PRId64 "x%" PRId64,
+            N, C, H, H);
 }
 
 /* Row-width sweep at about 256 MB per input: no cliff from 32 to 262144
@@ -1089,53 +881,28 @@ static void compute_cases(bench *b) {
 static void sweep_cases(bench *b, bk_dtype dt) {
   const double e = es(dt);
   const double target = b->small ? 8e6 : 256e6;
-  char base[96];
   for (int64_t w = 32; w <= 262144; w *= 2) {
     int64_t rows = (int64_t)(target / ((double)w * e));
     if (rows < 1) rows = 1;
     int64_t n = rows * w;
-    bcase c;
-
-    c = new_case(dt, call_rows_sum);
-    snprintf(base, sizeof base, "sweep_rows_sum_%" PRId64 "x%" PRId64, rows, w);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    c.rows = rows;
-    c.cols = w;
-    c.bytes = ((double)n + (double)rows) * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_softmax);
-    snprintf(base, sizeof base, "sweep_softmax_lastaxis_%" PRId64 "x%" PRId64, rows, w);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    c.dims[0] = rows;
-    c.dims[1] = w;
-    c.rank = 2;
-    c.axis = 1;
-    c.bytes = 2.0 * (double)n * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_masked_softmax);
-    snprintf(base, sizeof base, "sweep_masked_softmax_%" PRId64 "x%" PRId64, rows, w);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, n, K_MASK);
-    c.rows = rows;
-    c.cols = w;
-    c.bytes = 3.0 * (double)n * e;
-    run_case(b, &c);
-
-    c = new_case(dt, call_ln_fwd);
-    snprintf(base, sizeof base, "sweep_layernorm_fwd_%" PRId64 "x%" PRId64, rows, w);
-    set_name(&c, base, 1);
-    add_input(&c, n, K_UNIFORM);
-    add_input(&c, w, K_POSITIVE);
-    add_input(&c, w, K_UNIFORM);
-    c.rows = rows;
-    c.cols = w;
-    c.bytes = (3.0 * (double)n + 2.0 * (double)w + (double)rows) * e;
-    run_case(b, &c);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_rows_sum, .nin = 1, .len = {n}, .rows = rows,
+                      .cols = w, .bytes = ((double)n + (double)rows) * e},
+              NAME_DTYPE, "sweep_rows_sum_%" PRId64 "x%" PRId64, rows, w);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_softmax, .nin = 1, .len = {n}, .dims = {rows, w},
+                      .rank = 2, .axis = 1, .bytes = 2.0 * (double)n * e},
+              NAME_DTYPE, "sweep_softmax_lastaxis_%" PRId64 "x%" PRId64, rows, w);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_masked_softmax, .nin = 2, .len = {n, n},
+                      .kind = {K_UNIFORM, K_MASK}, .rows = rows, .cols = w,
+                      .bytes = 3.0 * (double)n * e},
+              NAME_DTYPE, "sweep_masked_softmax_%" PRId64 "x%" PRId64, rows, w);
+    run_named(b,
+              (bcase){.dt = dt, .call = call_ln_fwd, .nin = 3, .len = {n, w, w},
+                      .kind = {K_UNIFORM, K_POSITIVE, K_UNIFORM}, .rows = rows, .cols = w,
+                      .bytes = (3.0 * (double)n + 2.0 * (double)w + (double)rows) * e},
+              NAME_DTYPE, "sweep_layernorm_fwd_%" PRId64 "x%" PRId64, rows, w);
   }
 }
 
