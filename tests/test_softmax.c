@@ -257,6 +257,40 @@ static void softmax_midaxis_tiles(void) {
   }
 }
 
+/* Non-finite fibres along a long middle axis (the tile paths split each
+ * fibre into parts): NaN in the first half only, +inf in the second half,
+ * -inf over the first half under values near -1000, an all -inf fibre, two
+ * +inf entries, and halves 1050 apart; the other columns are plain. */
+static void softmax_midaxis_special(void) {
+  const int64_t dims[3] = {2, 1024, 64}, n = 2 * 1024 * 64, inner = 64;
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+    tl_seed(450);
+    for (int64_t i = 0; i < n; i++) x[i] = 3 * tl_randn();
+    for (int64_t o = 0; o < 2; o++) {
+      double *f = x + o * 1024 * inner;
+      f[100 * inner + 0] = NAN;
+      f[700 * inner + 1] = INFINITY;
+      for (int64_t j = 0; j < 1024; j++) {
+        f[j * inner + 2] = j < 512 ? -INFINITY : -1000 + tl_randn();
+        f[j * inner + 3] = -INFINITY;
+        f[j * inner + 5] = j < 512 ? 50 + tl_randn() : -1000 + tl_randn();
+      }
+      f[10 * inner + 4] = INFINITY;
+      f[900 * inner + 4] = INFINITY;
+    }
+    tl_round(dt, x, n);
+    softmax_ref(x, ref, dims, 3, 1);
+    bk_buffer *b = tl_buf(dt, x, n);
+    softmax_check(b, ref, n, dims, 3, 1, tl_ctx);
+    TL_UNCHANGED(b, x, n);
+    bk_buffer_release(b);
+    free(x);
+    free(ref);
+  }
+}
+
 /* Determinism on the context under test, on a tensor large enough to run
  * in parallel. */
 static void softmax_determinism(void) {
@@ -388,6 +422,7 @@ int main(void) {
   TL_RUN(softmax_random);
   TL_RUN(softmax_special_fibres);
   TL_RUN(softmax_midaxis_tiles);
+  TL_RUN(softmax_midaxis_special);
   TL_RUN(softmax_determinism);
   TL_RUN(softmax_max_rank);
   TL_RUN(softmax_empty);

@@ -299,6 +299,49 @@ static void teacher_special(void) {
   }
 }
 
+/* S and T (rows, cols), rounded to dt here: the loss and the gradient
+ * against the float64 reference, each computed twice with the same bits,
+ * the inputs unchanged. masked_at: the 3 columns of row 1 whose gradient
+ * must be exactly +0, or NULL; `kind` only names the case in messages. */
+static void teacher_check(bk_dtype dt, double *S, double *T, int64_t rows, int64_t cols,
+                          const int64_t *masked_at, int kind) {
+  const int64_t n = rows * cols;
+  double *grad = tl_xmalloc((size_t)n * sizeof *grad);
+  tl_round(dt, S, n);
+  tl_round(dt, T, n);
+  double mag, want = ref_teacher(S, T, rows, cols, grad, &mag);
+  bk_buffer *bs = tl_buf(dt, S, n), *bt = tl_buf(dt, T, n);
+  for (int gradient = 0; gradient <= 1; gradient++) {
+    bk_buffer *y = NULL, *y2 = NULL;
+    if (TL_OK(bk_xent_teacher(tl_ctx, bs, bt, rows, cols, gradient, &y)) == BK_OK) {
+      if (gradient) {
+        TL_BUF_CLOSE(y, grad, n, tl_tol_red(dt), 1.0 / (double)rows);
+        if (masked_at) {
+          double *g = tl_read(y);
+          for (int j = 0; j < 3; j++) {
+            const double v = g[cols + masked_at[j]];
+            TL_CHECK(v == 0 && !signbit(v), "%s %" PRId64 "x%" PRId64
+                     ": masked gradient entry is %g, expected +0", tl_dtname(dt), rows, cols, v);
+          }
+          free(g);
+        }
+      } else {
+        TL_BUF_CLOSE(y, &want, 1, tl_tol_red(dt), mag);
+      }
+      if (TL_OK(bk_xent_teacher(tl_ctx, bs, bt, rows, cols, gradient, &y2)) == BK_OK)
+        TL_CHECK(tl_same_bits(y, y2), "%s %" PRId64 "x%" PRId64 " kind %d gradient %d: not "
+                 "deterministic", tl_dtname(dt), rows, cols, kind, gradient);
+    }
+    bk_buffer_release(y);
+    bk_buffer_release(y2);
+  }
+  TL_UNCHANGED(bs, S, n);
+  TL_UNCHANGED(bt, T, n);
+  bk_buffer_release(bs);
+  bk_buffer_release(bt);
+  free(grad);
+}
+
 static void teacher_random(void) {
   static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {17, 100}, {64, 33}, {4, 5000}, {300, 200}};
   for (int d = 0; d < TL_DTYPES; d++) {
@@ -306,37 +349,14 @@ static void teacher_random(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
       double *S = tl_xmalloc((size_t)n * sizeof *S), *T = tl_xmalloc((size_t)n * sizeof *T);
-      double *grad = tl_xmalloc((size_t)n * sizeof *grad);
       tl_seed(400 + s);
       for (int64_t i = 0; i < n; i++) {
         S[i] = 3 * tl_randn();
         T[i] = 2 * tl_randn();
       }
-      tl_round(dt, S, n);
-      tl_round(dt, T, n);
-      double mag, want = ref_teacher(S, T, rows, cols, grad, &mag);
-      bk_buffer *bs = tl_buf(dt, S, n), *bt = tl_buf(dt, T, n);
-      for (int gradient = 0; gradient <= 1; gradient++) {
-        bk_buffer *y = NULL, *y2 = NULL;
-        if (TL_OK(bk_xent_teacher(tl_ctx, bs, bt, rows, cols, gradient, &y)) == BK_OK) {
-          if (gradient)
-            TL_BUF_CLOSE(y, grad, n, tl_tol_red(dt), 1.0 / (double)rows);
-          else
-            TL_BUF_CLOSE(y, &want, 1, tl_tol_red(dt), mag);
-          if (TL_OK(bk_xent_teacher(tl_ctx, bs, bt, rows, cols, gradient, &y2)) == BK_OK)
-            TL_CHECK(tl_same_bits(y, y2), "xent_teacher (gradient %d) is not deterministic",
-                     gradient);
-        }
-        bk_buffer_release(y);
-        bk_buffer_release(y2);
-      }
-      TL_UNCHANGED(bs, S, n);
-      TL_UNCHANGED(bt, T, n);
-      bk_buffer_release(bs);
-      bk_buffer_release(bt);
+      teacher_check(dt, S, T, rows, cols, NULL, -1);
       free(S);
       free(T);
-      free(grad);
     }
   }
 }
@@ -431,7 +451,6 @@ static void wide_case(bk_dtype dt, int64_t rows, int64_t cols, int kind) {
   const double inf = INFINITY;
   const int64_t n = rows * cols;
   double *S = tl_xmalloc((size_t)n * sizeof *S), *T = tl_xmalloc((size_t)n * sizeof *T);
-  double *grad = tl_xmalloc((size_t)n * sizeof *grad);
   tl_seed(600 + (uint64_t)kind + (uint64_t)cols);
   for (int64_t i = 0; i < n; i++) {
     S[i] = 3 * tl_randn();
@@ -470,41 +489,9 @@ static void wide_case(bk_dtype dt, int64_t rows, int64_t cols, int kind) {
       if (kind == WIDE_STUDENT_POS_INF && j == 1) S[i] = inf;
     }
   }
-  tl_round(dt, S, n);
-  tl_round(dt, T, n);
-  double mag, want = ref_teacher(S, T, rows, cols, grad, &mag);
-  bk_buffer *bs = tl_buf(dt, S, n), *bt = tl_buf(dt, T, n);
-  for (int gradient = 0; gradient <= 1; gradient++) {
-    bk_buffer *y = NULL, *y2 = NULL;
-    if (TL_OK(bk_xent_teacher(tl_ctx, bs, bt, rows, cols, gradient, &y)) == BK_OK) {
-      if (gradient) {
-        TL_BUF_CLOSE(y, grad, n, tl_tol_red(dt), 1.0 / (double)rows);
-        if (kind == WIDE_MASKED) {
-          double *g = tl_read(y);
-          for (int j = 0; j < 3; j++) {
-            const double v = g[cols + at[j]];
-            TL_CHECK(v == 0 && !signbit(v), "%s %" PRId64 "x%" PRId64
-                     ": masked gradient entry is %g, expected +0", tl_dtname(dt), rows, cols, v);
-          }
-          free(g);
-        }
-      } else {
-        TL_BUF_CLOSE(y, &want, 1, tl_tol_red(dt), mag);
-      }
-      if (TL_OK(bk_xent_teacher(tl_ctx, bs, bt, rows, cols, gradient, &y2)) == BK_OK)
-        TL_CHECK(tl_same_bits(y, y2), "%s %" PRId64 "x%" PRId64 " kind %d gradient %d: not "
-                 "deterministic", tl_dtname(dt), rows, cols, kind, gradient);
-    }
-    bk_buffer_release(y);
-    bk_buffer_release(y2);
-  }
-  TL_UNCHANGED(bs, S, n);
-  TL_UNCHANGED(bt, T, n);
-  bk_buffer_release(bs);
-  bk_buffer_release(bt);
+  teacher_check(dt, S, T, rows, cols, kind == WIDE_MASKED ? at : NULL, kind);
   free(S);
   free(T);
-  free(grad);
 }
 
 /* Shapes that take the CUDA cluster-cached path (rows cached across 2 to
@@ -531,6 +518,12 @@ static void teacher_wide(void) {
     /* The special rows on the PERF-like width. */
     for (int kind = WIDE_MASKED; kind < WIDE_KINDS; kind++)
       wide_case(dt, shapes[1][0], shapes[1][1], kind);
+    /* Many rows per cluster, so staged rows and exchange parities cycle. */
+    const int64_t lr = getenv("BK_TEST_SMALL") ? 300 : dt == BK_F32 ? 2048 : 1024;
+    const int64_t lc = dt == BK_F32 ? 8192 : 16384;
+    wide_case(dt, lr, lc, WIDE_PLAIN);
+    wide_case(dt, lr, lc, WIDE_LATE_MAX);
+    wide_case(dt, lr, lc, WIDE_TEACHER_NAN);
   }
 }
 
@@ -545,6 +538,11 @@ static void teacher_late_max(void) {
     wide_case(dt, 300, 1540, WIDE_PLAIN);
     if (tl_dev.kind != BK_DEVICE_CUDA) continue;
     for (int kind = WIDE_MASKED; kind < WIDE_KINDS; kind++) wide_case(dt, 300, 2048, kind);
+    /* More rows than resident blocks: a block goes on to further rows. */
+    if (getenv("BK_TEST_SMALL")) continue;
+    wide_case(dt, 800, 2048, WIDE_LATE_MAX);
+    wide_case(dt, 800, 2048, WIDE_STUDENT_NEG_INF);
+    wide_case(dt, 800, 2048, WIDE_TEACHER_NAN);
   }
 }
 
