@@ -341,7 +341,12 @@ BK_API BK_NODISCARD bk_status bk_xent_weighted_mean(bk_context *ctx, const bk_bu
  * accumulate in float64; on CUDA the loss of float32 data first sums its
  * terms in groups of at most eight in float32 (the terms of a group share
  * one sign, so each group is within a few float32 roundings), and float64
- * exponentials are computed as for bk_xent_weighted_mean.
+ * exponentials are computed as for bk_xent_weighted_mean. On CUDA the
+ * gradient of wide rows (rows split across a cluster of thread blocks) is
+ * formed as exp(x - m_b) * (exp(m_b - M) / Z / rows), with m_b the maximum
+ * of the part of the row one block holds and M the row maximum (a few
+ * roundings from exp(x - M) / Z / rows), and for float32 data each group of
+ * four exponentials is summed in float32 before the float64 accumulation.
  */
 BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *student,
                                               const bk_buffer *teacher, int64_t rows,

@@ -524,6 +524,8 @@ static void teacher_wide(void) {
     wide_case(dt, lr, lc, WIDE_PLAIN);
     wide_case(dt, lr, lc, WIDE_LATE_MAX);
     wide_case(dt, lr, lc, WIDE_TEACHER_NAN);
+    /* Two shares of unequal length (3073 and 3072 vectors). */
+    wide_case(dt, 300, dt == BK_F32 ? 12292 : 6146, WIDE_PLAIN);
   }
 }
 

@@ -11,10 +11,13 @@
  *    to cancellation: every difference is taken against a maximum.
  *  - teacher: (mS, sS) for the student, (mT, sT) for the teacher and
  *    u = sum exp(T - mT)*(S - mS); the row's loss is log(SS) - U/ST.
- * In float32 the states take a batch of elements at a time (the two 16-byte
- * vectors per operand loaded together): one rescale to the batch maximum,
- * then the batch's terms summed as a fixed float64 tree, which keeps the
- * float64 dependency chains short; float64 data adds one element at a time.
+ * The states take a batch of elements at a time (the two 16-byte vectors
+ * per operand loaded together): one rescale to the batch maximum, then the
+ * batch's terms summed as a fixed tree, which keeps the float64 dependency
+ * chains short. The float64 teacher loss over 16-byte vectors, a block per
+ * row, tests each batch's exponential arguments once for the range of the
+ * table exponential and then evaluates them without branches, reading the
+ * table from shared memory (xe_tl64_state).
  * A row holding a non-finite logit or weight (or, in float64, a magnitude
  * above 1e150, where the rewritten sums could overflow differently) is
  * evaluated literally instead by the same threads, reading it again: max,
@@ -29,14 +32,12 @@
  * before any output, so it keeps a register cache of both rows (like the
  * softmax row engine) and streams what does not fit.
  *
- * The teacher loss and gradient over wide rows (the row pair S, T more
- * than 32 KB, a block's share at most 96 KB, 16-byte aligned) cache each
- * row across a thread-block cluster of 2 to 16 blocks instead: S and T are
- * read from memory once, the cluster's maxima and sums are exchanged
- * through distributed shared memory and folded in rank order, and with the
- * maxima known every row follows the contract's formulas literally (no
- * online rescaling, no second read for non-finite rows). When no cluster
- * of a suitable size can run, the paths below take the call.
+ * The gradient over wide rows (the row pair S, T more than 32 KB, 16-byte
+ * aligned) is split across a thread-block cluster instead
+ * (xent_cluster.cu): each block stages its share of the coming rows in
+ * shared memory, S and T are read from memory once, and the blocks'
+ * statistics are exchanged once per row. When the cluster path cannot take
+ * a shape, the paths below do.
  *
  * Few long rows (fewer than two per multiprocessor) are split into chunks:
  * one kernel writes each chunk's state, then a fold per row (a block per row
@@ -44,16 +45,14 @@
  * in a fixed order.
  */
 #include "cuda_internal.h"
+#include "xent_cluster.cuh"
+#include "xent_exp.cuh"
 
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 
 #include <type_traits>
-
-#include <cooperative_groups.h>
-
-namespace cg = cooperative_groups;
 
 /* ---- device helpers ---------------------------------------------------------------- */
 
@@ -70,66 +69,12 @@ template <typename T> struct xe_traits;
 template <> struct xe_traits<float> {
   static constexpr int vec = 4;
   static constexpr int ept = 8; /* gradient: cached elements per thread and operand */
-  /* Cached-row blocks per multiprocessor the registers are cut for (the
-   * cached gradient runs in float32 only): six 32 KB shares fit in shared
-   * memory. */
-  static constexpr int ct_blocks = 6;
 };
 template <> struct xe_traits<double> {
   static constexpr int vec = 2;
   static constexpr int ept = 2;
 };
 
-static __device__ __forceinline__ float xe_exp(float v) { return expf(v); }
-/* 2^(j/64), j = 0..63, rounded to nearest; read through L1 by xe_exp. */
-__device__ const double xe_exp2_tab[64] = {
-    0x1.0000000000000p+0, 0x1.02c9a3e778061p+0, 0x1.059b0d3158574p+0, 0x1.0874518759bc8p+0,
-    0x1.0b5586cf9890fp+0, 0x1.0e3ec32d3d1a2p+0, 0x1.11301d0125b51p+0, 0x1.1429aaea92de0p+0,
-    0x1.172b83c7d517bp+0, 0x1.1a35beb6fcb75p+0, 0x1.1d4873168b9aap+0, 0x1.2063b88628cd6p+0,
-    0x1.2387a6e756238p+0, 0x1.26b4565e27cddp+0, 0x1.29e9df51fdee1p+0, 0x1.2d285a6e4030bp+0,
-    0x1.306fe0a31b715p+0, 0x1.33c08b26416ffp+0, 0x1.371a7373aa9cbp+0, 0x1.3a7db34e59ff7p+0,
-    0x1.3dea64c123422p+0, 0x1.4160a21f72e2ap+0, 0x1.44e086061892dp+0, 0x1.486a2b5c13cd0p+0,
-    0x1.4bfdad5362a27p+0, 0x1.4f9b2769d2ca7p+0, 0x1.5342b569d4f82p+0, 0x1.56f4736b527dap+0,
-    0x1.5ab07dd485429p+0, 0x1.5e76f15ad2148p+0, 0x1.6247eb03a5585p+0, 0x1.6623882552225p+0,
-    0x1.6a09e667f3bcdp+0, 0x1.6dfb23c651a2fp+0, 0x1.71f75e8ec5f74p+0, 0x1.75feb564267c9p+0,
-    0x1.7a11473eb0187p+0, 0x1.7e2f336cf4e62p+0, 0x1.82589994cce13p+0, 0x1.868d99b4492edp+0,
-    0x1.8ace5422aa0dbp+0, 0x1.8f1ae99157736p+0, 0x1.93737b0cdc5e5p+0, 0x1.97d829fde4e50p+0,
-    0x1.9c49182a3f090p+0, 0x1.a0c667b5de565p+0, 0x1.a5503b23e255dp+0, 0x1.a9e6b5579fdbfp+0,
-    0x1.ae89f995ad3adp+0, 0x1.b33a2b84f15fbp+0, 0x1.b7f76f2fb5e47p+0, 0x1.bcc1e904bc1d2p+0,
-    0x1.c199bdd85529cp+0, 0x1.c67f12e57d14bp+0, 0x1.cb720dcef9069p+0, 0x1.d072d4a07897cp+0,
-    0x1.d5818dcfba487p+0, 0x1.da9e603db3285p+0, 0x1.dfc97337b9b5fp+0, 0x1.e502ee78b3ff6p+0,
-    0x1.ea4afa2a490dap+0, 0x1.efa1bee615a27p+0, 0x1.f50765b6e4540p+0, 0x1.fa7c1819e90d8p+0,
-};
-
-/*
- * exp(x) in float64 with 11 float64 instructions instead of about 20 for
- * CUDA's exp: the float64 cross-entropies evaluate two exponentials per
- * element pair, and those kept the float64 pipe more than half busy.
- * x = k*ln2/64 + r with k = round(x*64/ln2) (a rounding add of 1.5*2^52),
- * r from a two-part ln2/64 (the high part's product with k is exact), so
- * |r| <= ln2/128; e^r = 1 + r*q(r) with the degree-4 Taylor q (truncation
- * below 2^-54 there); times 2^(j/64) from the table (j = k mod 64) with
- * the exponent raised by k div 64 as an integer add, exact because every
- * result is a normal number. Measured against a long double exp over
- * 2*10^7 points of [-745.5, 710]: at most 1.5 ulp. |x| >= 708, infinities
- * and NaN take CUDA's exp, so overflow, the subnormal range and the IEEE
- * cases are CUDA's.
- */
-static __device__ __forceinline__ double xe_exp(double x) {
-  if ((__double2hiint(x) & 0x7fffffff) >= 0x40862000) return exp(x); /* |x| >= 708, NaN */
-  const double sh = fma(x, 0x1.71547652b82fep+6, 0x1.8p+52);
-  const double kd = sh - 0x1.8p+52;
-  const int k = __double2loint(sh);
-  double r = fma(kd, -0x1.62e42fec00000p-7, x);
-  r = fma(kd, -0x1.d1cf79abc9e3bp-38, r);
-  double q = fma(r, 1.0 / 120.0, 1.0 / 24.0);
-  q = fma(q, r, 1.0 / 6.0);
-  q = fma(q, r, 0.5);
-  q = fma(q, r, 1.0);
-  const double t = xe_exp2_tab[k & 63];
-  const double ts = __hiloint2double(__double2hiint(t) + (k >> 6) * (1 << 20), __double2loint(t));
-  return fma(ts * r, q, ts);
-}
 static __device__ __forceinline__ float xe_fmax(float a, float b) { return fmaxf(a, b); }
 static __device__ __forceinline__ double xe_fmax(double a, double b) { return fmax(a, b); }
 
@@ -385,6 +330,93 @@ template <typename T> struct xe_tl_state {
   }
 };
 
+/* The high word of a float64 read as a float32: same sign, and for
+ * magnitudes the float32 order of such words is the unsigned order of the
+ * high words, so one float32 comparison (on the float32 pipe) tests a
+ * float64 magnitude against a high-word threshold; NaN patterns compare
+ * unordered. */
+static __device__ __forceinline__ float xe_hi_f(double v) {
+  return __int_as_float(__double2hiint(v));
+}
+
+/*
+ * The float64 teacher state of the block-per-row loss, with the result of
+ * xe_tl_state<double> (the same operations in the same order on every
+ * finite row, only the choice between equal zeros of a maximum may differ)
+ * and fewer instructions per element pair:
+ *  - the batch's 2K exponentials have no branch each: one float32 test per
+ *    argument (xe_exp_core_range) and one branch per batch (a batch with an
+ *    argument outside the table range takes xe_exp per element), so they
+ *    are independent straight-line chains the scheduler interleaves (a
+ *    branch per exponential kept them one after another, the float64
+ *    latency exposed);
+ *  - the exponentials read the 2^(j/64) table from the block's copy in
+ *    shared memory, tab (xe_exp_core_tab: entries with pre-adjusted
+ *    exponents, 32-bit addresses), not through L1;
+ *  - the out-of-range vote of each value is one float32 comparison of its
+ *    high word (xe_hi_f) instead of a mask and an integer compare;
+ *  - the batch maxima are ordered selects (a NaN only reaches a row that
+ *    is evaluated literally anyway).
+ */
+struct xe_tl64_state : xe_tl_state<double> {
+  const int2 *tab;
+  template <int K> __device__ __forceinline__ void add_batch(const double *s, const double *t) {
+    const float lim = __int_as_float(XE_LIM_HI);
+    double ls = s[0], lt = t[0];
+    bool out = false;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      out |= !(fabsf(xe_hi_f(s[k])) < lim) | !(fabsf(xe_hi_f(t[k])) < lim);
+      if (k > 0) {
+        ls = s[k] > ls ? s[k] : ls;
+        lt = t[k] > lt ? t[k] : lt;
+      }
+    }
+    bad |= out;
+    if (ls > mS) {
+      if (mS != -INFINITY) {
+        sS *= xe_exp(mS - ls);
+        u -= (ls - mS) * sT;
+      }
+      mS = ls;
+    }
+    if (lt > mT) {
+      if (mT != -INFINITY) {
+        const double f = xe_exp(mT - lt);
+        sT *= f;
+        u *= f;
+      }
+      mT = lt;
+    }
+    double ds[K], dt[K], es[K], et[K], eu[K];
+    bool core = true;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      ds[k] = s[k] - mS;
+      dt[k] = t[k] - mT;
+      core &= xe_exp_core_range(ds[k]) & xe_exp_core_range(dt[k]);
+    }
+    if (core) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        es[k] = xe_exp_core_tab(ds[k], tab);
+        et[k] = xe_exp_core_tab(dt[k], tab);
+        eu[k] = et[k] * ds[k];
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        es[k] = xe_exp(ds[k]);
+        et[k] = xe_exp(dt[k]);
+        eu[k] = et[k] * ds[k];
+      }
+    }
+    sS += xe_tree<K>(es);
+    sT += xe_tree<K>(et);
+    u += xe_tree<K>(eu);
+  }
+};
+
 /* Chunk statistics of the split path (and the folded row), relative to the
  * maxima they carry. Weighted mean: v = {m, s, W, A}; teacher loss:
  * v = {mS, sS, mT, sT, u}; gradient: v = {mS, sS, mT, sT}. */
@@ -443,6 +475,54 @@ static __device__ __forceinline__ void xe_stream(State &st, const T *a, const T 
     T ta[VEC], tb[VEC];
     bk_vload<VEC>(a + q * VEC, ta);
     bk_vload<VEC>(b + q * VEC, tb);
+    st.template add_batch<VEC>(ta, tb);
+  }
+}
+
+/* xe_stream with prefetch (PF) for float64: the two register buffers are
+ * used in turn (a loop unrolled twice) instead of copied each step, and the
+ * addresses advance by a stride instead of being formed from the index.
+ * Vector indices are 32-bit: the caller ensures q1 + 3*G < 2^31. */
+template <int VEC, typename State>
+static __device__ __forceinline__ void xe_stream_db(State &st, const double *a, const double *b,
+                                                    int q, int q1, int G) {
+  constexpr int E = 2 * VEC;
+  const int gv = G * VEC;
+  const double *pa = a + q * VEC, *pb = b + q * VEC;
+  double a0[E], b0[E], a1[E], b1[E];
+  if (q + G < q1) {
+    bk_vload<VEC>(pa, a0);
+    bk_vload<VEC>(pb, b0);
+    bk_vload<VEC>(pa + gv, a0 + VEC);
+    bk_vload<VEC>(pb + gv, b0 + VEC);
+  }
+  while (q + G < q1) {
+    if (q + 3 * G < q1) {
+      bk_vload<VEC>(pa + 2 * gv, a1);
+      bk_vload<VEC>(pb + 2 * gv, b1);
+      bk_vload<VEC>(pa + 3 * gv, a1 + VEC);
+      bk_vload<VEC>(pb + 3 * gv, b1 + VEC);
+    }
+    st.template add_batch<E>(a0, b0);
+    q += 2 * G;
+    pa += 2 * gv;
+    pb += 2 * gv;
+    if (q + G >= q1) break;
+    if (q + 3 * G < q1) {
+      bk_vload<VEC>(pa + 2 * gv, a0);
+      bk_vload<VEC>(pb + 2 * gv, b0);
+      bk_vload<VEC>(pa + 3 * gv, a0 + VEC);
+      bk_vload<VEC>(pb + 3 * gv, b0 + VEC);
+    }
+    st.template add_batch<E>(a1, b1);
+    q += 2 * G;
+    pa += 2 * gv;
+    pb += 2 * gv;
+  }
+  if (q < q1) {
+    double ta[VEC], tb[VEC];
+    bk_vload<VEC>(pa, ta);
+    bk_vload<VEC>(pb, tb);
     st.template add_batch<VEC>(ta, tb);
   }
 }
@@ -661,6 +741,47 @@ static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 :
   } else {
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
   }
+}
+
+/*
+ * The float64 teacher loss over 16-byte vectors, a block per row (what
+ * xent_loss_rows_kernel computes for WARP = false, KIND = XE_TLOSS; see
+ * xe_tl64_state) with xe_tl64_state and the alternating register buffers of
+ * xe_stream_db (rows of fewer than 2^31 - 3*G vectors). The block first
+ * copies the exponential's table into shared memory (blocks have at least
+ * 64 threads). At 8192x32768, launched a row per block (up to 64 per
+ * multiprocessor), this measured 1.136 ms (89% of copy) against 1.355 ms
+ * for xent_loss_rows_kernel, though at 80 registers it spills (124 bytes
+ * stored, 136 loaded per thread).
+ */
+template <int VEC>
+static __global__ void __launch_bounds__(XE_ROW_THREADS, 3)
+    xent_tl64_rows_kernel(const double *__restrict__ a, const double *__restrict__ b,
+                          double *__restrict__ part, int64_t rows, int64_t cols) {
+  __shared__ xe_shared<double> sh;
+  __shared__ int2 tab[64];
+  if (threadIdx.x < 64) tab[threadIdx.x] = xe_exp2_tab_entry((int)threadIdx.x);
+  __syncthreads();
+  const int64_t G = (int64_t)blockDim.x, g = (int64_t)threadIdx.x;
+  const int64_t nvec = cols / VEC;
+  double acc = 0.0;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const double *ar = a + r * cols, *br = b + r * cols;
+    xe_tl64_state st;
+    st.init();
+    st.tab = tab;
+    xe_stream_db<VEC>(st, ar, br, (int)g, (int)nvec, (int)G);
+    double loss;
+    if (!xe_any<false>(st.bad)) {
+      xe_stat rs;
+      xe_group_state<false>(st, rs, sh);
+      loss = xe_finish(XE_TLOSS, rs);
+    } else {
+      loss = xe_tl_literal<false, double, VEC>(ar, br, nvec, g, G, sh);
+    }
+    acc += loss;
+  }
+  if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
 /* Split path: the state of chunk c of row r (unit r*nch + c) over the vector
@@ -914,154 +1035,6 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
-/* ---- kernels: teacher rows cached across a thread-block cluster ------------------------- */
-
-/* Threads of a cached-row block. */
-static constexpr int XE_CT_THREADS = 256;
-
-/* A 16-byte global -> shared copy that holds no registers, and the wait
- * for all of this thread's copies (cp.async, sm_80 and later). */
-static __device__ __forceinline__ void xe_cp_async16(void *smem, const void *gmem) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  const size_t g = __cvta_generic_to_global(gmem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(g) : "memory");
-}
-static __device__ __forceinline__ void xe_cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
-
-/* Lane src's value to every lane of the warp. */
-static __device__ __forceinline__ float xe_bcast(float v, int src) {
-  return __shfl_sync(XE_FULL_MASK, v, src);
-}
-static __device__ __forceinline__ double xe_bcast(double v, int src) {
-  return __shfl_sync(XE_FULL_MASK, v, src);
-}
-template <typename U>
-static __device__ __forceinline__ xe_pair<U> xe_bcast(xe_pair<U> v, int src) {
-  return xe_pair<U>{xe_bcast(v.a, src), xe_bcast(v.b, src)};
-}
-static __device__ __forceinline__ xe_tri xe_bcast(xe_tri v, int src) {
-  return xe_tri{xe_bcast(v.a, src), xe_bcast(v.b, src), xe_bcast(v.c, src)};
-}
-
-/* Folds the cluster's per-block values (each block's *slot, written before
- * a cluster barrier) in rank order: lane k of every warp reads rank k's
- * slot through distributed shared memory, then the warp combines lanes
- * 0, 1, ..., C-1 left to right, so every thread of every block of the
- * cluster holds the same bits. mine stands in on lanes past the last rank
- * (never combined). */
-template <typename A, typename Op>
-static __device__ __forceinline__ A xe_cluster_fold(cg::cluster_group &cluster, A *slot, A mine,
-                                                    Op op) {
-  const int lane = (int)(threadIdx.x & 31);
-  const int C = (int)cluster.num_blocks();
-  A x = mine;
-  if (lane < C) x = *cluster.map_shared_rank(slot, (unsigned)lane);
-  A v = xe_bcast(x, 0);
-  for (int k = 1; k < C; ++k) v = op(v, xe_bcast(x, k));
-  return v;
-}
-
-/*
- * Teacher gradient, one row per cluster of C blocks, rows visited
- * cluster-stride. Rank k caches the vector range
- * [k*sl, min(nvec, (k+1)*sl)) of both rows in dynamic shared memory (S at
- * the front, T behind it: 2*sl 16-byte vectors), every copy of a row issued
- * before the first wait, so S and T are read from memory exactly once. With
- * the cluster's maxima known (pass 1, folded in rank order) the exponentials
- * and float64 sums take no rescaling (pass 2), and the exponentials stay in
- * the cache, from which the output is written (pass 3).
- * Each thread touches only the vectors it copied itself, so the cache needs
- * no barrier of its own.
- * Every row is evaluated by the contract's formulas (SPEC 3.3, literally:
- * max, shifted exponentials, the cross term with 0 * inf = 0), so rows with
- * non-finite values get the literal results without a second read.
- */
-template <typename T>
-static __global__ void __launch_bounds__(XE_CT_THREADS, xe_traits<T>::ct_blocks)
-    xent_cached_kernel(const T *__restrict__ S, const T *__restrict__ Tt, T *__restrict__ y,
-                       int64_t rows, int64_t cols, int64_t sl) {
-  constexpr int VEC = xe_traits<T>::vec;
-  extern __shared__ __align__(16) unsigned char xe_dyn[];
-  __shared__ xe_shared<T> sh;
-  __shared__ xe_pair<T> slot_m;
-  __shared__ xe_tri slot_s;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int64_t C = (int64_t)cluster.num_blocks();
-  const int64_t rank = (int64_t)cluster.block_rank();
-  T *cs = reinterpret_cast<T *>(xe_dyn); /* (sl, VEC) of S */
-  T *ct = cs + sl * VEC;                 /* (sl, VEC) of T */
-  const int64_t nvec = cols / VEC;
-  const int64_t q0 = rank * sl;
-  const int64_t n = q0 < nvec ? (nvec - q0 < sl ? nvec - q0 : sl) : 0;
-  const int64_t cid = (int64_t)blockIdx.x / C, ncl = (int64_t)gridDim.x / C;
-  const int64_t tid = threadIdx.x, B = blockDim.x;
-  const T ninf = (T)-INFINITY;
-  const double inv_rows = 1.0 / (double)rows;
-  for (int64_t r = cid; r < rows; r += ncl) {
-    const int64_t base = r * cols + q0 * VEC;
-    __syncthreads(); /* the previous row's readers of this block are done */
-    for (int64_t i = tid; i < n; i += B) {
-      xe_cp_async16(cs + i * VEC, S + base + i * VEC);
-      xe_cp_async16(ct + i * VEC, Tt + base + i * VEC);
-    }
-    xe_cp_async_wait_all();
-
-    /* Pass 1: the row maxima (NaN ignored, as fmax does: a NaN then
-     * reaches the sums). */
-    xe_pair<T> m{ninf, ninf};
-    for (int64_t i = tid; i < n; i += B) {
-      T a[VEC], b[VEC];
-      bk_vload<VEC>(cs + i * VEC, a);
-      bk_vload<VEC>(ct + i * VEC, b);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) m = xe_max()(m, xe_pair<T>{a[e], b[e]});
-    }
-    m = xe_allreduce<false>(m, xe_max(), sh.m2);
-    if (tid == 0) slot_m = m;
-    cluster.sync();
-    const xe_pair<T> M = xe_cluster_fold(cluster, &slot_m, m, xe_max());
-
-    /* Pass 2: sum exp(S - MS) and sum exp(T - MT) in float64; the
-     * exponentials replace the cached values. */
-    double sa = 0.0, sb = 0.0;
-    for (int64_t i = tid; i < n; i += B) {
-      T a[VEC], b[VEC];
-      bk_vload<VEC>(cs + i * VEC, a);
-      bk_vload<VEC>(ct + i * VEC, b);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) {
-        const T es = xe_exp(a[e] - M.a), et = xe_exp(b[e] - M.b);
-        sa += (double)es;
-        sb += (double)et;
-        a[e] = es;
-        b[e] = et;
-      }
-      bk_st16(cs + i * VEC, a);
-      bk_st16(ct + i * VEC, b);
-    }
-    const xe_tri v = xe_allreduce<false>(xe_tri{sa, sb, 0.0}, xe_sum(), sh.d3);
-    if (tid == 0) slot_s = v;
-    cluster.sync();
-    const xe_tri Z = xe_cluster_fold(cluster, &slot_s, v, xe_sum());
-
-    /* Pass 3: (exp(S - MS)/ZS - exp(T - MT)/ZT) / rows from the cache. */
-    const T as = (T)(inv_rows / Z.a), at = (T)(inv_rows / Z.b);
-    T *yr = y + base;
-    for (int64_t i = tid; i < n; i += B) {
-      T a[VEC], b[VEC], o[VEC];
-      bk_vload<VEC>(cs + i * VEC, a);
-      bk_vload<VEC>(ct + i * VEC, b);
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) o[e] = a[e] * as - b[e] * at;
-      bk_vstore_cs<VEC>(yr + i * VEC, o);
-    }
-  }
-  /* No block leaves while another may still read its slots. */
-  cluster.sync();
-}
-
 /* ---- launchers ---------------------------------------------------------------------------- */
 
 /* Threads of a block-per-row loss block: about eight vectors per thread,
@@ -1070,77 +1043,6 @@ static int xe_block_threads(int64_t nvec) {
   int threads = 64;
   while (threads < nvec / 8 && threads < XE_ROW_THREADS) threads <<= 1;
   return threads;
-}
-
-/* Cached-row path: bytes of S and T a block aims to cache, the most it may
- * (two blocks per multiprocessor), and the widest cluster. */
-static const int64_t XE_CT_TARGET = 32 * 1024;
-static const int64_t XE_CT_MAX = 96 * 1024;
-static const int64_t XE_CT_MAX_CLUSTER = 16;
-
-/*
- * The teacher loss or gradient with each row cached across a cluster
- * (xent_cached_kernel). The cluster size C is the smallest power of two
- * that keeps a block's share of the row pair within XE_CT_TARGET (at most
- * 16); rows that need one block only (C < 2: the register paths read them
- * once), rows whose share would exceed XE_CT_MAX, and shapes too small to
- * give two blocks per multiprocessor take the other paths. When a
- * configuration cannot run on the device (no cluster of that size fits,
- * e.g. the non-portable 16) the next smaller C is tried while its share
- * fits; if none launches, *done stays 0 and nothing is queued. Requires
- * 16-byte aligned pointers and cols a multiple of the vector width.
- */
-template <typename T>
-static bk_status xent_cached_launch(bk_context *ctx, const char *fn, const T *S, const T *Tt,
-                                    T *y, int64_t rows, int64_t cols, int *done) {
-  constexpr int VEC = xe_traits<T>::vec;
-  *done = 0;
-  const int64_t sm = bk_cu(ctx)->sm_count;
-  const int64_t nvec = cols / VEC;
-  const int64_t pair_bytes = 2 * nvec * 16;
-  int64_t C = 1;
-  while (C < XE_CT_MAX_CLUSTER && C * XE_CT_TARGET < pair_bytes) C <<= 1;
-  if (C < 2 || rows * C < 2 * sm || 2 * ((nvec + C - 1) / C) * 16 > XE_CT_MAX) return BK_OK;
-  /* Rows per cluster stay few: as many clusters as rows, at most 32 per
-   * multiprocessor. */
-  const int64_t ncl = rows < 32 * sm ? rows : 32 * sm;
-  auto kern = xent_cached_kernel<T>;
-  /* The dynamic limit is always set to the same value, so concurrent
-   * callers never see each other's setting. */
-  cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)XE_CT_MAX);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  for (; err == cudaSuccess && C >= 2; C >>= 1) {
-    const int64_t sl = (nvec + C - 1) / C;
-    const int64_t bytes = 2 * sl * 16;
-    if (bytes > XE_CT_MAX) break;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(ncl * C), 1, 1);
-    cfg.blockDim = dim3(XE_CT_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = (size_t)bytes;
-    cfg.stream = bk_stream(ctx);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int active = 0;
-    if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) {
-      (void)cudaGetLastError(); /* this size cannot run here: not an error of the call */
-      continue;
-    }
-    if (cudaLaunchKernelEx(&cfg, kern, S, Tt, y, rows, cols, sl) != cudaSuccess) {
-      (void)cudaGetLastError();
-      continue;
-    }
-    *done = 1;
-    break;
-  }
-  if (err != cudaSuccess) (void)cudaGetLastError();
-  return *done ? bk__cuda_launched(fn, "xent_cached_kernel") : BK_OK;
 }
 
 template <typename T, int VEC, int KIND>
@@ -1175,22 +1077,37 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
     bk__cuda_scratch_free(ctx, scratch);
     return st;
   }
-  /* Enough blocks to fill the device, a bounded number of partial sums. */
+  /* Enough blocks to fill the device, a bounded number of partial sums. The
+   * float64 teacher loss over 16-byte vectors takes xent_tl64_rows_kernel
+   * for block-per-row shapes whose vector indices fit its 32-bit
+   * arithmetic (every row below 2^32 - 2^11 columns), a row per block up to
+   * 64 rows per multiprocessor: finer work units even out the last wave.
+   * Wider rows (at least 2*SMs of them, fewer take the split path) keep
+   * xent_loss_rows_kernel. */
+  constexpr bool TL64 = KIND == XE_TLOSS && std::is_same<T, double>::value && VEC == 2;
   const bool warp = cols <= 1024;
+  const bool tl64 =
+      TL64 && !warp && nvec + 3 * (int64_t)XE_ROW_THREADS < ((int64_t)1 << 31);
   const int threads = warp ? 256 : xe_block_threads(nvec);
   const int64_t units = warp ? (rows + 7) / 8 : rows;
-  const int64_t cap = 32 * sm;
+  const int64_t cap = (tl64 ? 64 : 32) * sm;
   const int64_t blocks = units < cap ? units : cap;
   st = bk__cuda_scratch(ctx, (size_t)blocks * sizeof(double), &scratch);
   if (st != BK_OK) return st;
   double *part = (double *)scratch;
-  if (warp)
+  const char *kname = "xent_loss_rows_kernel";
+  if (warp) {
     xent_loss_rows_kernel<T, VEC, true, KIND>
         <<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, rows, cols);
-  else
+  } else if (tl64) {
+    if constexpr (TL64)
+      xent_tl64_rows_kernel<VEC><<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, rows, cols);
+    kname = "xent_tl64_rows_kernel";
+  } else {
     xent_loss_rows_kernel<T, VEC, false, KIND>
         <<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, rows, cols);
-  st = bk__cuda_launched(fn, "xent_loss_rows_kernel");
+  }
+  st = bk__cuda_launched(fn, kname);
   if (st == BK_OK) {
     xent_final_kernel<T><<<1, 1024, 0, stream>>>(part, blocks, y, rows);
     st = bk__cuda_launched(fn, "xent_final_kernel");
@@ -1250,12 +1167,13 @@ static bk_status xent_dispatch(bk_context *ctx, const char *fn, const void *a, c
                    (KIND != XE_TGRAD || bk_aligned16(y));
   const T *pa = (const T *)a, *pb = (const T *)b;
   T *py = (T *)y;
-  /* The cluster-cached kernel serves the float32 gradient; for the losses
-   * and in float64 it measured slower than the register paths. */
-  if constexpr (KIND == XE_TGRAD && sizeof(T) == 4) {
+  /* Wide rows of the gradient: split across a thread-block cluster, read
+   * once (xent_cluster.cu); other shapes take the register paths. */
+  if constexpr (KIND == XE_TGRAD) {
     if (vec) {
       int done = 0;
-      const bk_status st = xent_cached_launch<T>(ctx, fn, pa, pb, py, rows, cols, &done);
+      const bk_status st = bk__cuda_xent_grad_cluster(ctx, fn, sizeof(T) == 4 ? BK_F32 : BK_F64,
+                                                      a, b, y, rows, cols, &done);
       if (st != BK_OK || done) return st;
     }
   }
