@@ -26,15 +26,20 @@
  * block owns a fixed set of rows (grid-stride over a grid sized to the
  * device), computes dx row by row from S1 = sum g and S2 = sum g*normalized,
  * and keeps per-column partial sums of dout*normalized and dout for the
- * columns its threads own (in shared memory for block-per-row widths up to
- * 4096 with 16-byte access, so several blocks share a multiprocessor; in
- * registers otherwise). Each block writes its partials to
- * scratch; a second kernel folds the blocks' partials per column in fixed
- * segments of blocks, each in block order, then the segments in order. Wider
- * rows take a tiled path: row sums first, then (row block, column tile)
- * blocks that write dx and per-row-block column partials, folded the same
- * way. float32 column partials use compensated (Kahan) summation, float64
- * plain sums; every order is fixed, so results are bitwise reproducible.
+ * columns its threads own. Block-per-row widths up to 4096 with 16-byte
+ * access keep those partials in shared memory, so that the registers hold
+ * rows: float32 loads the block's next row while it finishes the current
+ * one, float64 issues every load of a row (and inv_std of the next row)
+ * before it uses any; both reduce a row with one barrier, and float32 sizes
+ * the shared-memory carveout for its resident blocks, leaving the rest to L1
+ * for the loads in flight. Other widths keep the partials in registers.
+ * Each block writes its partials to scratch; a second kernel folds the
+ * blocks' partials per column in fixed segments of blocks, each in block
+ * order, then the segments in order. Wider rows take a tiled path: row
+ * sums first, then (row block, column tile) blocks that write dx and
+ * per-row-block column partials, folded the same way. float32 column
+ * partials use compensated (Kahan) summation, float64 plain sums; every
+ * order is fixed, so results are bitwise reproducible.
  */
 #include "cuda_internal.h"
 #include "rowcache.cuh"
@@ -53,27 +58,20 @@ static constexpr unsigned LN_FULL_MASK = 0xffffffffu;
  * (fmax would turn a NaN variance into 0). */
 static __device__ __forceinline__ double ln_clamp0(double v) { return v < 0.0 ? 0.0 : v; }
 
-/* vec: elements in 16 bytes; ept: elements of a row cached per thread;
- * sm_threads, sm_minb: the largest block of the backward kernel with column
- * partials in shared memory and the blocks per multiprocessor it is built
- * for (sm_threads * ept = LN_SM_COLS, see below). */
+/* vec: elements in 16 bytes; ept: elements of a row cached per thread. */
 template <typename T> struct ln_traits;
 template <> struct ln_traits<float> {
   static constexpr int vec = 4;
   static constexpr int ept = 16;
-  static constexpr int sm_threads = 256;
-  static constexpr int sm_minb = 3;
 };
 template <> struct ln_traits<double> {
   static constexpr int vec = 2;
   static constexpr int ept = 8;
-  static constexpr int sm_threads = 512;
-  static constexpr int sm_minb = 2;
 };
 
-/* The widest row of that kernel: its column partials take 16 bytes per
- * column (float32: a Kahan sum and compensation per quantity; float64: a
- * sum per quantity), 64 KB here, so three blocks share a multiprocessor. */
+/* The widest row of the backward kernels with column partials in shared
+ * memory: the partials take 16 bytes per column (float32: a Kahan sum and
+ * compensation per quantity; float64: a sum per quantity), 64 KB here. */
 static constexpr int64_t LN_SM_COLS = 4096;
 static constexpr int LN_SM_BYTES = (int)(LN_SM_COLS * 16);
 
@@ -671,82 +669,183 @@ static __global__ void __launch_bounds__(512)
   }
 }
 
-/* A plain VEC-element store into shared memory (p aligned to the vector). */
-template <int VEC, typename T>
-static __device__ __forceinline__ void ln_vst(T *p, const T *r) {
-  if constexpr (VEC == 1) {
-    *p = r[0];
-  } else {
-    bk_st16(p, r);
-  }
-}
-
-/* Adds v[0..VEC) into the shared-memory column partials at s (and their
- * Kahan compensations at c for float32; c is unused for float64), with the
- * arithmetic of ln_acc. */
-template <typename T, int VEC>
-static __device__ __forceinline__ void ln_sacc_add(T *s, T *c, const T *v) {
-  T sv[VEC];
-  bk_vload<VEC>(s, sv);
-  if constexpr (sizeof(T) == 4) {
-    T cv[VEC];
-    bk_vload<VEC>(c, cv);
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) {
-      ln_acc<float> a{sv[e], cv[e]};
-      a.add(v[e]);
-      sv[e] = a.s;
-      cv[e] = a.c;
-    }
-    ln_vst<VEC>(c, cv);
-  } else {
-    (void)c;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) sv[e] += v[e];
-  }
-  ln_vst<VEC>(s, sv);
-}
+/* ---- backward, column partials in shared memory, one barrier per row -------------------- */
 
 /*
- * Fused backward, block per row, for LN_SM_COLS columns at most (blockDim *
- * EPT >= cols): the same arithmetic as ln_bwd_rows_kernel, but the column
- * partials live in dynamic shared memory (16 bytes per column) instead of
- * registers. That halves the registers per thread, so two or three blocks
- * share a multiprocessor and their row loads overlap each other's block
- * reductions: more bytes in flight. Layout of the shared memory, indexed by
- * column: float32 [sum dout*n | comp | sum dout | comp], float64
- * [sum dout*n | sum dout]. Each thread only touches its own columns in the
- * row loop (vector q*VEC of chunk i belongs to thread q mod blockDim), so
- * that loop needs no barrier for them; the zeroing and the final write-out
- * are separated from it by barriers. Rows r = blockIdx.x + k*gridDim.x, in
- * increasing order; part is (gridDim.x, 2, cols) as for ln_bwd_rows_kernel.
+ * Interleaved shared-memory column partials of ln_bwd_next_kernel (float32)
+ * and ln_bwd_hoist_kernel (float64). Vector q (16 bytes of columns) has NQ
+ * 16-byte slots (float32: sum of dout*normalized, its compensation, sum of
+ * dout, its compensation; float64: the two sums); slot k of vector q is the
+ * 16-byte unit ((q / 32) * NQ + k) * 32 + q % 32. A warp's 32 consecutive
+ * vectors fill 512 contiguous bytes per slot (no bank conflicts), and the
+ * slots of one vector lie at fixed distances from each other, so the
+ * compiler sees that a vector's loads and stores never overlap and may
+ * order them freely (partials kept as separate arrays cols apart made every
+ * load wait for the previous store).
  */
-template <typename T, int VEC>
-static __global__ void __launch_bounds__(ln_traits<T>::sm_threads, ln_traits<T>::sm_minb)
-    ln_bwd_smem_kernel(const T *__restrict__ dout, const T *__restrict__ nrm,
-                       const T *__restrict__ inv_std, const T *__restrict__ gamma,
-                       T *__restrict__ dx, double *__restrict__ part, int64_t rows, int64_t cols) {
-  constexpr int EPT = ln_traits<T>::ept;
+template <typename T> struct ln_slots {
+  static constexpr int nq = sizeof(T) == 4 ? 4 : 2;
+  static constexpr int vec = 16 / (int)sizeof(T);
+};
+
+/* Elements (of T) of the slots for nvec vectors, whole groups of 32. */
+template <typename T> static __host__ __device__ int64_t ln_slot_elems(int64_t nvec) {
+  return (nvec + 31) / 32 * 32 * ln_slots<T>::nq * ln_slots<T>::vec;
+}
+
+/* First element of vector q's slot 0. */
+template <typename T> static __device__ __forceinline__ T *ln_slot(T *ps, int64_t q) {
+  return ps + (((q >> 5) * ln_slots<T>::nq) * 32 + (q & 31)) * ln_slots<T>::vec;
+}
+
+/* Element of column j's partial k (k = 0: sum of dout*normalized, 1: sum of
+ * dout) with its compensation at the returned index + 32*vec (float32). */
+template <typename T> static __device__ __forceinline__ int64_t ln_slot_col(int64_t j, int k) {
+  constexpr int V = ln_slots<T>::vec;
+  const int64_t q = j / V;
+  return (((q >> 5) * ln_slots<T>::nq + (int64_t)k * (ln_slots<T>::nq / 2)) * 32 + (q & 31)) * V +
+         (j - q * V);
+}
+
+/* Adds one vector's dout*normalized (dn) and dout (d) into its slots at p
+ * with the arithmetic of ln_acc: all loads first, then the updates, then
+ * the stores. */
+template <typename T>
+static __device__ __forceinline__ void ln_slot_add(T *p, const T *dn, const T *d) {
+  constexpr int V = ln_slots<T>::vec;
+  constexpr int S = 32 * V; /* elements from one slot to the next */
+  if constexpr (sizeof(T) == 4) {
+    T gs[V], gc[V], bs[V], bc[V];
+    bk_vload<V>(p, gs);
+    bk_vload<V>(p + S, gc);
+    bk_vload<V>(p + 2 * S, bs);
+    bk_vload<V>(p + 3 * S, bc);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      ln_acc<float> ag{gs[e], gc[e]}, ab{bs[e], bc[e]};
+      ag.add(dn[e]);
+      ab.add(d[e]);
+      gs[e] = ag.s;
+      gc[e] = ag.c;
+      bs[e] = ab.s;
+      bc[e] = ab.c;
+    }
+    bk_st16(p, gs);
+    bk_st16(p + S, gc);
+    bk_st16(p + 2 * S, bs);
+    bk_st16(p + 3 * S, bc);
+  } else {
+    T gs[V], bs[V];
+    bk_vload<V>(p, gs);
+    bk_vload<V>(p + S, bs);
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      gs[e] += dn[e];
+      bs[e] += d[e];
+    }
+    bk_st16(p, gs);
+    bk_st16(p + S, bs);
+  }
+}
+
+/* Zeroes the slots for nvec vectors (the block's threads, then a barrier). */
+template <typename T> static __device__ __forceinline__ void ln_slot_zero(T *ps, int64_t nvec) {
+  const int64_t n = ln_slot_elems<T>(nvec);
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) ps[j] = (T)0;
+  __syncthreads();
+}
+
+/* Writes the block's slots as part[blockIdx.x][0..1][cols] in column order
+ * (after a barrier: every thread's columns are final). */
+template <typename T>
+static __device__ __forceinline__ void ln_slot_flush(const T *ps, double *__restrict__ part,
+                                                     int64_t cols) {
+  constexpr int S = 32 * ln_slots<T>::vec;
+  __syncthreads();
+  double *pg = part + (int64_t)blockIdx.x * 2 * cols, *pb = pg + cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const int64_t ig = ln_slot_col<T>(j, 0), ib = ln_slot_col<T>(j, 1);
+    if constexpr (sizeof(T) == 4) {
+      pg[j] = (double)ps[ig] - (double)ps[ig + S];
+      pb[j] = (double)ps[ib] - (double)ps[ib + S];
+    } else {
+      pg[j] = ps[ig];
+      pb[j] = ps[ib];
+    }
+  }
+}
+
+/* The block's (S1, S2) of a row from each warp's butterfly sum v: lane 0 of
+ * every warp has stored v in shb[warp] before the barrier the caller makes;
+ * this folds shb[0..nw) in warp order. The caller alternates between two
+ * buffers on consecutive rows, so one barrier per row keeps a row's readers
+ * apart from the writers two rows later. */
+template <int NW>
+static __device__ __forceinline__ ln_pair ln_fold_warps(const ln_pair *shb) {
+  const int nw = (int)(blockDim.x >> 5);
+  ln_pair S = shb[0];
+#pragma unroll
+  for (int w = 1; w < NW; ++w)
+    if (w < nw) S = ln_add(S, shb[w]);
+  return S;
+}
+
+/* ---- float64 backward with every load of a row issued first ------------------------------ */
+
+/* Block of ln_bwd_hoist_kernel at its widest (LN_SM_COLS columns, ept = 8
+ * per thread) and the blocks per multiprocessor it is built for (at most 64
+ * registers a thread). */
+static constexpr int LN_HOIST_THREADS = (int)(LN_SM_COLS / ln_traits<double>::ept);
+static constexpr int LN_HOIST_MINB = 2;
+
+/*
+ * float64 fused backward, block per row, 16-byte access, at most
+ * LN_SM_COLS columns with 8 per thread, arranged so that a row costs one
+ * global round trip: every load of the row (dout, normalized) and inv_std of
+ * the block's next row are issued before any use, gamma sits in shared
+ * memory after the slots (cols elements, copied once: the registers are
+ * needed for the row), the column partials (plain float64 sums) in
+ * interleaved slots, and the row's block reduction takes one barrier (warp
+ * sums in a buffer that alternates between rows). Rows r = blockIdx.x +
+ * k*gridDim.x in increasing order; part is (gridDim.x, 2, cols). FIT changes
+ * no code: it gives launches whose shared-memory carveout is sized for their
+ * resident blocks an instance of their own. The carveout is an attribute of
+ * the kernel, and the grid (so the fold's grouping) follows the occupancy
+ * under it, so each instance keeps one value for every call.
+ */
+template <bool FIT>
+static __global__ void __launch_bounds__(LN_HOIST_THREADS, LN_HOIST_MINB)
+    ln_bwd_hoist_kernel(const double *__restrict__ dout, const double *__restrict__ nrm,
+                        const double *__restrict__ inv_std, const double *__restrict__ gamma,
+                        double *__restrict__ dx, double *__restrict__ part, int64_t rows,
+                        int64_t cols) {
+  constexpr int VEC = ln_traits<double>::vec;
+  constexpr int EPT = ln_traits<double>::ept;
   constexpr int NC = EPT / VEC;
-  constexpr int NA = sizeof(T) == 4 ? 2 : 1; /* arrays per quantity */
+  constexpr int NW = LN_HOIST_THREADS / 32;
   extern __shared__ __align__(16) unsigned char ln_dyn_smem[];
-  __shared__ ln_pair sh[32];
-  T *const gs = reinterpret_cast<T *>(ln_dyn_smem); /* (cols) sums of dout*normalized */
-  T *const gc = gs + (NA - 1) * cols;                /* (cols) their compensations (f32) */
-  T *const bs = gs + NA * cols;                      /* (cols) sums of dout */
-  T *const bc = bs + (NA - 1) * cols;                /* (cols) their compensations (f32) */
+  __shared__ ln_pair sh[2][NW];
+  double *const ps = reinterpret_cast<double *>(ln_dyn_smem); /* slots, see ln_slot */
   const int64_t G = (int64_t)blockDim.x;
   const int64_t g = (int64_t)threadIdx.x;
+  const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
   const int64_t nvec = cols / VEC;
-  const T tcols = (T)cols;
+  const double tcols = (double)cols;
+  /* 1/cols once per thread: the row loop multiplies (exact for a power of
+   * two; otherwise one float64 rounding more). */
+  const double rcols = 1.0 / (double)cols;
 
-  for (int64_t j = g; j < 2 * NA * cols; j += G) gs[j] = (T)0;
-  __syncthreads();
-
-  for (int64_t r = (int64_t)blockIdx.x; r < rows; r += (int64_t)gridDim.x) {
-    const T *dr = dout + r * cols, *nr = nrm + r * cols;
-    T vg[EPT], vn[EPT];
-    /* Every load of the row first, so they are all in flight together. */
+  double *const gsh = ps + ln_slot_elems<double>(nvec); /* (cols) gamma */
+  for (int64_t j = g; j < cols; j += G) gsh[j] = gamma[j];
+  ln_slot_zero(ps, nvec);
+  const int64_t step = (int64_t)gridDim.x;
+  /* inv_std is read one row ahead, so its latency is never on a row's path. */
+  double rsv = (int64_t)blockIdx.x < rows ? inv_std[blockIdx.x] : 0.0;
+  int par = 0;
+  for (int64_t r = (int64_t)blockIdx.x; r < rows; r += step) {
+    const double *dr = dout + r * cols, *nr = nrm + r * cols;
+    const double rs_next = r + step < rows ? inv_std[r + step] : 0.0;
+    double vg[EPT], vn[EPT], gm[EPT];
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
       const int64_t q = i * G + g;
@@ -755,35 +854,37 @@ static __global__ void __launch_bounds__(ln_traits<T>::sm_threads, ln_traits<T>:
         bk_vload<VEC>(nr + q * VEC, &vn[i * VEC]);
       }
     }
-    T s1 = (T)0, s2 = (T)0;
+    double s1 = 0.0, s2 = 0.0;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
       const int64_t q = i * G + g;
       if (q < nvec) {
-        T gm[VEC], dn[VEC];
-        bk_vload<VEC>(gamma + q * VEC, gm);
+        double dn[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) dn[e] = vg[i * VEC + e] * vn[i * VEC + e];
-        ln_sacc_add<T, VEC>(bs + q * VEC, bc + q * VEC, &vg[i * VEC]);
-        ln_sacc_add<T, VEC>(gs + q * VEC, gc + q * VEC, dn);
+        ln_slot_add<double>(ln_slot(ps, q), dn, &vg[i * VEC]);
+        bk_vload<VEC>(gsh + q * VEC, &gm[i * VEC]);
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int k = i * VEC + e;
-          vg[k] *= gm[e]; /* from here on vg holds g = dout * gamma */
+          vg[k] *= gm[k]; /* from here on vg holds g = dout * gamma */
           s1 += vg[k];
           s2 = fma(vg[k], vn[k], s2);
         }
       }
     }
-    const ln_pair S = ln_allsum<false>(ln_pair{(double)s1, (double)s2}, sh);
-    const double rs = (double)inv_std[r];
-    const T a = (T)(rs / (double)cols), S1 = (T)S.a, S2 = (T)S.b;
-    T *xr = dx + r * cols;
+    const ln_pair v = ln_allsum<true>(ln_pair{s1, s2}, (ln_pair *)nullptr);
+    if (lane == 0) sh[par][warp] = v;
+    const double a = rsv * rcols;
+    __syncthreads();
+    const ln_pair S = ln_fold_warps<NW>(sh[par]);
+    const double S1 = S.a, S2 = S.b;
+    double *xr = dx + r * cols;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
       const int64_t q = i * G + g;
       if (q < nvec) {
-        T o[VEC];
+        double o[VEC];
 #pragma unroll
         for (int e = 0; e < VEC; ++e) {
           const int k = i * VEC + e;
@@ -792,19 +893,160 @@ static __global__ void __launch_bounds__(ln_traits<T>::sm_threads, ln_traits<T>:
         bk_vstore_cs<VEC>(xr + q * VEC, o);
       }
     }
+    rsv = rs_next;
+    par ^= 1;
   }
+  ln_slot_flush(ps, part, cols);
+}
 
-  __syncthreads(); /* every thread's columns are final */
-  double *pg = part + (int64_t)blockIdx.x * 2 * cols, *pb = pg + cols;
-  for (int64_t j = g; j < cols; j += G) {
-    if constexpr (sizeof(T) == 4) {
-      pg[j] = (double)gs[j] - (double)gc[j];
-      pb[j] = (double)bs[j] - (double)bc[j];
-    } else {
-      pg[j] = gs[j];
-      pb[j] = bs[j];
+/* ---- float32 backward with the next row in flight ----------------------------------------- */
+
+/* Block of ln_bwd_next_kernel at its widest (LN_SM_COLS columns at
+ * LN_NEXT_EPT per thread) and the blocks per multiprocessor it is built
+ * for (at most 64 registers a thread: two rows' shares and gamma). */
+static constexpr int LN_NEXT_EPT = 8;
+static constexpr int LN_NEXT_THREADS = (int)(LN_SM_COLS / LN_NEXT_EPT);
+static constexpr int LN_NEXT_MINB = 2;
+
+/* Loads row r's share of this thread (chunks whose vector exists) into
+ * (d, n) and its inv_std into rs. */
+template <int NC>
+static __device__ __forceinline__ void ln_next_load(const float *__restrict__ dout,
+                                                    const float *__restrict__ nrm,
+                                                    const float *__restrict__ inv_std, int64_t r,
+                                                    int64_t cols, int64_t nvec, float (&d)[NC * 4],
+                                                    float (&n)[NC * 4], float &rs) {
+  const int64_t G = (int64_t)blockDim.x, g = (int64_t)threadIdx.x;
+  const float *dr = dout + r * cols, *nr = nrm + r * cols;
+#pragma unroll
+  for (int i = 0; i < NC; ++i) {
+    const int64_t q = i * G + g;
+    if (q < nvec) {
+      bk_vload<4>(dr + q * 4, &d[i * 4]);
+      bk_vload<4>(nr + q * 4, &n[i * 4]);
     }
   }
+  rs = inv_std[r];
+}
+
+/*
+ * One row of ln_bwd_next_kernel: first queues the loads of row rn (when
+ * rn < rows) into (nd, nn, nrs), then finishes row r from (cd, cn, crs),
+ * loaded one row earlier: S1 and S2 (warp butterflies, lane 0 stores into
+ * shb, one barrier, warp-order fold), the column partials and dx.
+ */
+template <int NC, int NW>
+static __device__ __forceinline__ void ln_next_row(
+    const float *__restrict__ dout, const float *__restrict__ nrm,
+    const float *__restrict__ inv_std, float *__restrict__ dx, float *ps, ln_pair *shb,
+    const float (&gm)[NC * 4], const float (&cd)[NC * 4], const float (&cn)[NC * 4], float crs,
+    float (&nd)[NC * 4], float (&nn)[NC * 4], float &nrs, int64_t r, int64_t rn, int64_t rows,
+    int64_t cols, int64_t nvec, double rcols) {
+  const int64_t G = (int64_t)blockDim.x, g = (int64_t)threadIdx.x;
+  const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
+  if (rn < rows) ln_next_load<NC>(dout, nrm, inv_std, rn, cols, nvec, nd, nn, nrs);
+
+  float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+  for (int i = 0; i < NC; ++i) {
+    if (i * G + g < nvec) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int k = i * 4 + e;
+        const float gv = cd[k] * gm[k];
+        s1 += gv;
+        s2 = fmaf(gv, cn[k], s2);
+      }
+    }
+  }
+  const ln_pair v = ln_allsum<true>(ln_pair{(double)s1, (double)s2}, (ln_pair *)nullptr);
+  if (lane == 0) shb[warp] = v;
+#pragma unroll
+  for (int i = 0; i < NC; ++i) {
+    const int64_t q = i * G + g;
+    if (q < nvec) {
+      float dn[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dn[e] = cd[i * 4 + e] * cn[i * 4 + e];
+      ln_slot_add<float>(ln_slot(ps, q), dn, &cd[i * 4]);
+    }
+  }
+  const float a = (float)((double)crs * rcols);
+  __syncthreads();
+  const ln_pair S = ln_fold_warps<NW>(shb);
+  const float S1 = (float)S.a, S2 = (float)S.b, tcols = (float)cols;
+  float *xr = dx + r * cols;
+#pragma unroll
+  for (int i = 0; i < NC; ++i) {
+    const int64_t q = i * G + g;
+    if (q < nvec) {
+      float o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int k = i * 4 + e;
+        o[e] = a * fmaf(-cn[k], S2, fmaf(tcols, cd[k] * gm[k], -S1));
+      }
+      bk_vstore_cs<4>(xr + q * 4, o);
+    }
+  }
+}
+
+/*
+ * float32 fused backward, block per row, 16-byte access, at most
+ * LN_SM_COLS columns with LN_NEXT_EPT per thread (LN_NEXT_THREADS threads
+ * at the widest): while a row is reduced and written, the next row of the
+ * block is already being loaded into a second set of registers, so every
+ * block always has a row of loads in flight. gamma stays in registers for
+ * the whole kernel, the column partials (Kahan sums and compensations in
+ * float32) in interleaved shared-memory slots, one barrier per row. Rows r =
+ * blockIdx.x + k*gridDim.x in increasing order (the loop handles two rows
+ * per trip with the register sets' roles swapped); part is (gridDim.x, 2,
+ * cols). The launcher sizes the shared-memory carveout for the resident
+ * blocks (two of 64 KB slots at LN_SM_COLS) instead of asking for the most
+ * shared memory, which leaves L1 28 KB of the 256 KB: the loads in flight
+ * (up to a row of 32 KB per block) need L1 room, and this kernel measured
+ * 77% of copy bandwidth with the largest carveout against 90% sized.
+ */
+static __global__ void __launch_bounds__(LN_NEXT_THREADS, LN_NEXT_MINB)
+    ln_bwd_next_kernel(const float *__restrict__ dout, const float *__restrict__ nrm,
+                       const float *__restrict__ inv_std, const float *__restrict__ gamma,
+                       float *__restrict__ dx, double *__restrict__ part, int64_t rows,
+                       int64_t cols) {
+  constexpr int NC = LN_NEXT_EPT / 4;
+  constexpr int EPT = LN_NEXT_EPT;
+  constexpr int NW = LN_NEXT_THREADS / 32;
+  extern __shared__ __align__(16) unsigned char ln_dyn_smem[];
+  __shared__ ln_pair sh[2][NW];
+  float *const ps = reinterpret_cast<float *>(ln_dyn_smem); /* slots, see ln_slot */
+  const int64_t G = (int64_t)blockDim.x, g = (int64_t)threadIdx.x;
+  const int64_t nvec = cols / 4;
+  const int64_t step = (int64_t)gridDim.x;
+  const double rcols = 1.0 / (double)cols; /* as in ln_bwd_hoist_kernel */
+
+  float gm[EPT];
+#pragma unroll
+  for (int i = 0; i < NC; ++i) {
+    const int64_t q = i * G + g;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) gm[i * 4 + e] = 0.0f;
+    if (q < nvec) bk_vload<4>(gamma + q * 4, &gm[i * 4]);
+  }
+  ln_slot_zero(ps, nvec);
+
+  float ad[EPT], an[EPT], bd[EPT], bn[EPT];
+  float ars = 0.0f, brs = 0.0f;
+  int64_t r = (int64_t)blockIdx.x;
+  if (r < rows) ln_next_load<NC>(dout, nrm, inv_std, r, cols, nvec, ad, an, ars);
+  while (r < rows) {
+    ln_next_row<NC, NW>(dout, nrm, inv_std, dx, ps, sh[0], gm, ad, an, ars, bd, bn, brs, r,
+                        r + step, rows, cols, nvec, rcols);
+    r += step;
+    if (r >= rows) break;
+    ln_next_row<NC, NW>(dout, nrm, inv_std, dx, ps, sh[1], gm, bd, bn, brs, ad, an, ars, r,
+                        r + step, rows, cols, nvec, rcols);
+    r += step;
+  }
+  ln_slot_flush(ps, part, cols);
 }
 
 /* Wide rows, step 1: sums[u] = (sum g, sum g*normalized) over chunk c of row
@@ -1155,8 +1397,8 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
 
 /* Lets `kernel` use `bytes` of dynamic shared memory (a fixed value per
  * kernel, so concurrent callers agree) and prefer the largest shared-memory
- * carveout, so that its blocks fit side by side. False when the attribute
- * cannot be set: the caller then takes another path. */
+ * carveout. False when the attribute cannot be set: the caller then takes
+ * another path. */
 template <typename K> static bool ln_smem_ready(K kernel, int bytes) {
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) !=
       cudaSuccess) {
@@ -1169,6 +1411,120 @@ template <typename K> static bool ln_smem_ready(K kernel, int bytes) {
   return true;
 }
 
+/* The shared-memory capacities (KB per multiprocessor) that compute
+ * capability 9.0 can be configured with; the driver rounds a carveout
+ * percentage up to the next of them. */
+static const int LN_CARVEOUT_KB[] = {0, 8, 16, 32, 64, 100, 132, 164, 196, 228};
+
+/* The carveout percentage for `need` bytes of shared memory on a
+ * multiprocessor that holds at most per_sm. Without snap: need / per_sm
+ * rounded up. With snap: the smallest capacity of LN_CARVEOUT_KB that holds
+ * need, asked for as the largest percentage that still rounds up to it;
+ * rounding need up can step past that capacity when need sits just below
+ * it (two 4096-column float64 blocks take 195 KB, and 86% of 228 KB is just
+ * over 196 KB, so the driver would take 228 KB). snap acts only when per_sm
+ * is the largest capacity of the list. */
+static int ln_carveout_pct(int64_t need, int per_sm, bool snap) {
+  int64_t pct = (need * 100 + per_sm - 1) / per_sm;
+  const int n = (int)(sizeof(LN_CARVEOUT_KB) / sizeof(LN_CARVEOUT_KB[0]));
+  if (snap && (int64_t)LN_CARVEOUT_KB[n - 1] * 1024 == (int64_t)per_sm) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t cap = (int64_t)LN_CARVEOUT_KB[i] * 1024;
+      if (cap >= need) {
+        pct = cap * 100 / per_sm;
+        break;
+      }
+    }
+  }
+  return pct > 100 ? 100 : (int)pct;
+}
+
+/* Lets `kernel` use `bytes` of dynamic shared memory and asks for the
+ * smallest shared-memory carveout that still holds `blocks` such blocks per
+ * multiprocessor (a fixed value per kernel and device; snap as in
+ * ln_carveout_pct), leaving the rest of the unified memory to L1. False
+ * when the size cannot be set. */
+template <typename K>
+static bool ln_smem_fit(K kernel, int bytes, int blocks, int device, bool snap) {
+  int per_sm = 0, reserved = 0;
+  cudaFuncAttributes fa;
+  if (!rc_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) ||
+      !rc_ok(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                    device)) ||
+      !rc_ok(cudaFuncGetAttributes(&fa, kernel)) || per_sm <= 0)
+    return false;
+  if (!rc_ok(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device)))
+    reserved = 1024;
+  const int64_t need = (int64_t)blocks * ((int64_t)bytes + (int64_t)fa.sharedSizeBytes + reserved);
+  (void)rc_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   ln_carveout_pct(need, per_sm, snap))); /* a hint only */
+  return true;
+}
+
+/*
+ * Block-per-row rows of 513..LN_SM_COLS float32 columns with 16-byte
+ * access: ln_bwd_next_kernel, its carveout sized for its resident blocks.
+ * Allocates the (nb, 2, cols) column partials in *scratch and queues the
+ * kernel (*queued true once *scratch is allocated). *queued false, nothing
+ * allocated or queued: the shared-memory size cannot be set, and the
+ * caller takes the register kernel.
+ */
+static bk_status ln_bwd_slots_launch(bk_context *ctx, const char *fn, const float *dout,
+                                     const float *nrm, const float *inv_std, const float *gamma,
+                                     float *dx, int64_t rows, int64_t cols, void **scratch,
+                                     int64_t *nb, bool *queued) {
+  *queued = false;
+  if (!ln_smem_fit(ln_bwd_next_kernel, LN_SM_BYTES, LN_NEXT_MINB, bk_cu(ctx)->device, false))
+    return BK_OK;
+  const int threads = ln_threads(cols, LN_NEXT_EPT, LN_NEXT_THREADS);
+  const size_t smem = (size_t)ln_slot_elems<float>(cols / 4) * sizeof(float);
+  *nb = ln_resident_blocks(ctx, ln_bwd_next_kernel, threads, rows, smem);
+  const bk_status st =
+      bk__cuda_scratch(ctx, (size_t)*nb * 2 * (size_t)cols * sizeof(double), scratch);
+  if (st != BK_OK) return st;
+  *queued = true;
+  ln_bwd_next_kernel<<<(unsigned)*nb, threads, smem, bk_stream(ctx)>>>(
+      dout, nrm, inv_std, gamma, dx, (double *)*scratch, rows, cols);
+  return bk__cuda_launched(fn, "ln_bwd_next_kernel");
+}
+
+/* The same for 257..LN_SM_COLS float64 columns: ln_bwd_hoist_kernel, the
+ * slots and gamma in shared memory. Launches at the widest block (over
+ * LN_SM_COLS/2 columns) take their own instance with the carveout sized for
+ * its two resident blocks (195 KB: the 196 KB capacity, L1 60 KB instead of
+ * 28; 1.716 -> 1.573 ms at 65536x4096 on the H200); narrower ones keep the
+ * largest carveout, which four 256-thread blocks need. */
+static bk_status ln_bwd_slots_launch(bk_context *ctx, const char *fn, const double *dout,
+                                     const double *nrm, const double *inv_std,
+                                     const double *gamma, double *dx, int64_t rows,
+                                     int64_t cols, void **scratch, int64_t *nb, bool *queued) {
+  *queued = false;
+  const int threads = ln_threads(cols, ln_traits<double>::ept, LN_HOIST_THREADS);
+  const int bytes = LN_SM_BYTES + (int)(LN_SM_COLS * sizeof(double));
+  const size_t smem = (size_t)(ln_slot_elems<double>(cols / 2) + cols) * sizeof(double);
+  const bool fit = threads == LN_HOIST_THREADS;
+  if (fit) {
+    if (!ln_smem_fit(ln_bwd_hoist_kernel<true>, bytes, LN_HOIST_MINB, bk_cu(ctx)->device, true))
+      return BK_OK;
+    *nb = ln_resident_blocks(ctx, ln_bwd_hoist_kernel<true>, threads, rows, smem);
+  } else {
+    if (!ln_smem_ready(ln_bwd_hoist_kernel<false>, bytes)) return BK_OK;
+    *nb = ln_resident_blocks(ctx, ln_bwd_hoist_kernel<false>, threads, rows, smem);
+  }
+  const bk_status st =
+      bk__cuda_scratch(ctx, (size_t)*nb * 2 * (size_t)cols * sizeof(double), scratch);
+  if (st != BK_OK) return st;
+  *queued = true;
+  double *part = (double *)*scratch;
+  if (fit)
+    ln_bwd_hoist_kernel<true><<<(unsigned)*nb, threads, smem, bk_stream(ctx)>>>(
+        dout, nrm, inv_std, gamma, dx, part, rows, cols);
+  else
+    ln_bwd_hoist_kernel<false><<<(unsigned)*nb, threads, smem, bk_stream(ctx)>>>(
+        dout, nrm, inv_std, gamma, dx, part, rows, cols);
+  return bk__cuda_launched(fn, "ln_bwd_hoist_kernel");
+}
+
 template <typename T, int VEC>
 static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *dout, const T *nrm,
                                     const T *inv_std, const T *gamma, T *dx, T *dgamma, T *dbeta,
@@ -1178,30 +1534,24 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
   const int64_t sm = bk_cu(ctx)->sm_count;
   const int64_t nvec = cols / VEC;
   void *scratch = NULL;
-  bk_status st;
+  bk_status st = BK_OK;
   int64_t nb; /* partial blocks to fold */
   double *part;
 
   /* Block-per-row widths up to LN_SM_COLS with 16-byte access keep their
-   * column partials in shared memory (the scalar build would spill;
-   * unaligned data keeps the register kernel), unless the attribute cannot
-   * be set. */
-  bool smem_partials = false;
-  if constexpr (VEC == ln_traits<T>::vec)
-    smem_partials = cols > 32 * EPT && cols <= LN_SM_COLS &&
-                    ln_smem_ready(ln_bwd_smem_kernel<T, VEC>, LN_SM_BYTES);
-  if (smem_partials) {
-    if constexpr (VEC == ln_traits<T>::vec) {
-      const int threads = ln_threads(cols, EPT, ln_traits<T>::sm_threads);
-      const size_t smem = (size_t)cols * 16;
-      nb = ln_resident_blocks(ctx, ln_bwd_smem_kernel<T, VEC>, threads, rows, smem);
-      st = bk__cuda_scratch(ctx, (size_t)nb * 2 * (size_t)cols * sizeof(double), &scratch);
-      if (st != BK_OK) return st;
-      part = (double *)scratch;
-      ln_bwd_smem_kernel<T, VEC><<<(unsigned)nb, threads, smem, stream>>>(
-          dout, nrm, inv_std, gamma, dx, part, rows, cols);
-      st = bk__cuda_launched(fn, "ln_bwd_smem_kernel");
+   * column partials in shared memory (ln_bwd_slots_launch), unless its
+   * shared-memory size cannot be set; the scalar build and unaligned data
+   * keep the register kernel. */
+  bool queued = false;
+  if constexpr (VEC == ln_traits<T>::vec) {
+    if (cols > 32 * EPT && cols <= LN_SM_COLS) {
+      st = ln_bwd_slots_launch(ctx, fn, dout, nrm, inv_std, gamma, dx, rows, cols, &scratch, &nb,
+                               &queued);
+      if (!queued && st != BK_OK) return st;
     }
+  }
+  if (queued) {
+    part = (double *)scratch;
   } else if (cols <= 512 * EPT) {
     const bool warp = cols <= 32 * EPT;
     const int threads = warp ? 256 : ln_threads(cols, EPT, 512);
