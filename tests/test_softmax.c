@@ -215,22 +215,32 @@ static void softmax_special_fibres(void) {
   }
 }
 
-/* Middle-axis shapes aimed at the CUDA shared-memory tile kernel: fibres
- * at and one past the tile size limits (1024, 2048 and 3072 float32 rows,
- * 1536 float64), partial last tiles, and more tiles than resident blocks,
- * in a count that is not a multiple of the grid. The large shapes run on
- * GPU contexts only, to keep the CPU run quick. */
+/* Middle-axis shapes aimed at the CUDA tile kernels: fibres at and one
+ * past the shared-memory tile limits (2048 and 3072 float32 rows, 1536
+ * float64), partial last tiles, and more tiles than resident blocks, in a
+ * count that is not a multiple of the grid. Then the line tiles (rows
+ * wider than 64 bytes, 32..1392 rows): both sides of every boundary
+ * between their register/shared splits (float32 336|337; both 552|553,
+ * 832|833, 1136|1137) and of their range (31|32, 1392|1393), with
+ * inner = 20 and 36, whose last tile is partial in both dtypes (36: 32 + 4
+ * float32, 16 + 16 + 4 float64). The large shapes run on GPU contexts
+ * only, to keep the CPU run quick. */
 static void softmax_midaxis_tiles(void) {
   static const struct {
     int64_t dims[3];
     int gpu_only;
   } shapes[] = {
       {{100, 8, 700}, 0},   /* 2200 tiles of 32 columns, the last 28 wide */
-      {{7, 1024, 100}, 0},  /* 32 KB tiles: 8 float32 / 4 float64 columns, partial last */
+      {{7, 1024, 100}, 0},  /* line tiles: 4 float32 / 7 float64, partial last */
       {{3, 1025, 24}, 0},   {{2, 2048, 8}, 0},   {{2, 2049, 8}, 0},
       {{2, 3072, 8}, 0},    {{1, 3073, 8}, 0},   {{1, 1537, 8}, 0},
-      {{3, 1024, 1000}, 1}, /* 189 tiles of 16 float32 columns, the last 8 wide */
-      {{8, 1024, 1004}, 1}, /* 504 to 2008 tiles: several per resident block */
+      {{3, 1024, 1000}, 1}, /* 32 line tiles of 32 float32 columns, the last 8 wide */
+      {{8, 1024, 1004}, 1}, /* 256 to 504 line tiles */
+      {{3, 31, 36}, 1},     {{2, 32, 36}, 1},    {{2, 50, 20}, 1},
+      {{2, 336, 20}, 1},    {{2, 337, 36}, 1},   {{1, 552, 36}, 1},
+      {{2, 553, 20}, 1},    {{1, 832, 36}, 1},   {{1, 833, 20}, 1},
+      {{1, 1136, 20}, 1},   {{1, 1137, 36}, 1},  {{1, 1392, 36}, 1},
+      {{1, 1393, 20}, 1},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
@@ -257,37 +267,43 @@ static void softmax_midaxis_tiles(void) {
   }
 }
 
-/* Non-finite fibres along a long middle axis (the tile paths split each
- * fibre into parts): NaN in the first half only, +inf in the second half,
- * -inf over the first half under values near -1000, an all -inf fibre, two
- * +inf entries, and halves 1050 apart; the other columns are plain. */
+/* Non-finite fibres along a long middle axis, at lengths that split each
+ * fibre differently between registers and shared memory on the CUDA line
+ * tiles (300, 600, 1024, 1300 rows): NaN in the first tenth only, +inf at
+ * 70%, -inf over the first half under values near -1000, an all -inf
+ * fibre, two +inf entries, and halves 1050 apart; the other columns are
+ * plain. */
 static void softmax_midaxis_special(void) {
-  const int64_t dims[3] = {2, 1024, 64}, n = 2 * 1024 * 64, inner = 64;
+  static const int64_t lens[] = {1024, 300, 600, 1300};
+  const int64_t inner = 64;
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
-    double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
-    tl_seed(450);
-    for (int64_t i = 0; i < n; i++) x[i] = 3 * tl_randn();
-    for (int64_t o = 0; o < 2; o++) {
-      double *f = x + o * 1024 * inner;
-      f[100 * inner + 0] = NAN;
-      f[700 * inner + 1] = INFINITY;
-      for (int64_t j = 0; j < 1024; j++) {
-        f[j * inner + 2] = j < 512 ? -INFINITY : -1000 + tl_randn();
-        f[j * inner + 3] = -INFINITY;
-        f[j * inner + 5] = j < 512 ? 50 + tl_randn() : -1000 + tl_randn();
+    for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+      const int64_t len = lens[l], dims[3] = {2, len, inner}, n = 2 * len * inner;
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(450 + l);
+      for (int64_t i = 0; i < n; i++) x[i] = 3 * tl_randn();
+      for (int64_t o = 0; o < 2; o++) {
+        double *f = x + o * len * inner;
+        f[len / 10 * inner + 0] = NAN;
+        f[len * 7 / 10 * inner + 1] = INFINITY;
+        for (int64_t j = 0; j < len; j++) {
+          f[j * inner + 2] = j < len / 2 ? -INFINITY : -1000 + tl_randn();
+          f[j * inner + 3] = -INFINITY;
+          f[j * inner + 5] = j < len / 2 ? 50 + tl_randn() : -1000 + tl_randn();
+        }
+        f[len / 100 * inner + 4] = INFINITY;
+        f[len * 9 / 10 * inner + 4] = INFINITY;
       }
-      f[10 * inner + 4] = INFINITY;
-      f[900 * inner + 4] = INFINITY;
+      tl_round(dt, x, n);
+      softmax_ref(x, ref, dims, 3, 1);
+      bk_buffer *b = tl_buf(dt, x, n);
+      softmax_check(b, ref, n, dims, 3, 1, tl_ctx);
+      TL_UNCHANGED(b, x, n);
+      bk_buffer_release(b);
+      free(x);
+      free(ref);
     }
-    tl_round(dt, x, n);
-    softmax_ref(x, ref, dims, 3, 1);
-    bk_buffer *b = tl_buf(dt, x, n);
-    softmax_check(b, ref, n, dims, 3, 1, tl_ctx);
-    TL_UNCHANGED(b, x, n);
-    bk_buffer_release(b);
-    free(x);
-    free(ref);
   }
 }
 

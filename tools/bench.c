@@ -904,6 +904,18 @@ static void sweep_cases(bench *b, bk_dtype dt) {
                       .bytes = (3.0 * (double)n + 2.0 * (double)w + (double)rows) * e},
               NAME_DTYPE, "sweep_layernorm_fwd_%" PRId64 "x%" PRId64, rows, w);
   }
+  /* Softmax along the middle axis of (outer, n, 256), the same bytes for
+   * axis lengths from 16 to 8192. */
+  for (int64_t a = 16; a <= 8192; a *= 4) {
+    const int64_t i = 256;
+    int64_t o = (int64_t)(target / ((double)a * (double)i * e));
+    if (o < 1) o = 1;
+    const int64_t n = o * a * i;
+    run_named(b,
+              (bcase){.dt = dt, .call = call_softmax, .nin = 1, .len = {n}, .dims = {o, a, i},
+                      .rank = 3, .axis = 1, .bytes = 2.0 * (double)n * e},
+              NAME_DTYPE, "sweep_softmax_midaxis_%" PRId64 "x%" PRId64 "x%" PRId64, o, a, i);
+  }
 }
 
 /* ---- entry ------------------------------------------------------------------------------------ */

@@ -18,9 +18,13 @@
  *    first kernel read last is still in L2.
  *  - inner > 1: a block takes a tile of up to 32 adjacent inner positions of
  *    one outer index. Consecutive threads read consecutive inner positions
- *    (coalesced); the block's rows of threads split the n axis. When the
- *    tile's n rows fit in shared memory (up to 96 KB) they are cached there
- *    and the input is read once; longer fibres cache a share in registers
+ *    (coalesced); the block's rows of threads split the n axis. With
+ *    16-byte aligned rows wider than half a memory line and fibres of 32 to
+ *    1392 rows, the tile rows are whole 128-byte lines, held on chip with
+ *    the first part of each thread's rows in registers and the rest in
+ *    shared memory (the split chosen from n). Otherwise, when the tile's n
+ *    rows fit in shared memory (up to 96 KB), they are cached there; either
+ *    way the input is read once. Longer fibres cache a share in registers
  *    and stream the rest twice. Nothing is transposed.
  *
  * IEEE rules (SPEC 3.1): the maximum ignores NaN, and every element's
@@ -642,6 +646,13 @@ static __device__ __forceinline__ void sm_cp_async16(void *smem, const void *gme
 static __device__ __forceinline__ void sm_cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
+/* Commit and wait separately, so that work on registers can run between. */
+static __device__ __forceinline__ void sm_cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+static __device__ __forceinline__ void sm_cp_async_wait0() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
 
 /*
  * Softmax along the middle axis with the tile cached in shared memory: unit
@@ -778,6 +789,189 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
+/*
+ * Line tiles: the middle-axis line kernel gives each row of a tile a whole
+ * 128-byte memory line (SM_LN_TI<T> = 32 float32 / 16 float64 inner
+ * positions, 8 chunks of 16 bytes), so every warp access covers 4 full
+ * lines. 256 threads: thread t owns chunk p = t%8 of the tile rows
+ * j = r + 32k (r = t/8) and only ever touches those chunks, in registers
+ * or in its own shared-memory slots, so its own cp.async wait is the only
+ * synchronisation its data needs. x and y are 16-byte aligned and inner a
+ * multiple of VEC, so a chunk is either wholly inside the tile's inner
+ * range or wholly past it.
+ */
+static constexpr int SM_LN_THREADS = 256;
+static constexpr int SM_LN_SLOTS = 32; /* row slots: threads / 8 chunks */
+template <typename T> static constexpr int SM_LN_TI = 8 * sm_traits<T>::vec;
+/* Static shared memory of the line kernel: the column folds' warp
+ * partials, one T and one double per warp and column. */
+template <typename T>
+static constexpr int64_t SM_LN_STATIC =
+    (int64_t)(SM_LN_THREADS / 32) * SM_LN_TI<T> * (int64_t)(sizeof(T) + sizeof(double));
+
+/* Column reduction over a line tile: thread t holds VEC values for the
+ * columns (t%8)*VEC + e. Lanes with the same t%8 are folded by a butterfly
+ * over lane bits 3 and 4, then the 8 warps' results in warp order through
+ * sh (8 * 8*VEC entries); every thread ends with its columns' results. */
+template <int VEC, typename A, typename Op>
+static __device__ __forceinline__ void sm_line_fold(A (&v)[VEC], Op op, A *sh) {
+  constexpr int TI = 8 * VEC;
+  const int t = (int)threadIdx.x, lane = t & 31, warp = t >> 5, p = t & 7;
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    v[e] = op(v[e], __shfl_xor_sync(SM_FULL_MASK, v[e], 8));
+    v[e] = op(v[e], __shfl_xor_sync(SM_FULL_MASK, v[e], 16));
+  }
+  if (lane < 8) {
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) sh[warp * TI + p * VEC + e] = v[e];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int e = 0; e < VEC; ++e) {
+    A r = sh[p * VEC + e];
+#pragma unroll
+    for (int w = 1; w < SM_LN_THREADS / 32; ++w) r = op(r, sh[w * TI + p * VEC + e]);
+    v[e] = r;
+  }
+}
+
+/*
+ * Softmax along the middle axis, one block per (outer index, line tile):
+ * the whole fibre tile (n rows of 128 bytes) is held on chip, so x is read
+ * once and y written once. Thread t has K = ceil((n - r)/32) rows (none
+ * when r >= n, or when its chunk lies past inner); the first KR of them
+ * sit in registers (one 16-byte chunk each) and the others in dynamic
+ * shared memory, the chunk of row j = r + 32k (k >= KR) at byte
+ * ((k - KR)*256 + t)*16 = (j - 32*KR)*128 + 16*p, so the block needs
+ * max(0, n - 32*KR) rows of 128 bytes there. All loads are issued before
+ * the first use: register chunks as 16-byte loads, shared chunks as
+ * cp.async. Pass 1: maximum (register chunks first, while the copies
+ * land), column maximum; pass 2: exp(x - M) in T kept in place, float64
+ * sum in the thread's row order, column sum; pass 3: scale by (T)(1/S),
+ * 16-byte streaming stores. Two block barriers per tile (the column
+ * folds). Register chunks a thread does not have hold -inf: they leave the
+ * maximum unchanged, add nothing to the sum and are never stored. Same
+ * formulas as the other middle-axis kernels, so the IEEE rules hold
+ * unchanged. MINB: resident blocks per multiprocessor the register budget
+ * is sized for (the launcher sizes the shared-memory carveout to match).
+ * tiles_div divides by the tiles per outer index, ceil(inner/TI).
+ */
+template <typename T, int KR, int MINB>
+static __global__ void __launch_bounds__(SM_LN_THREADS, MINB)
+    softmax_inner_line_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t outer,
+                              int64_t n, int64_t inner, bk_divider tiles_div) {
+  constexpr int VEC = sm_traits<T>::vec;
+  constexpr int TI = SM_LN_TI<T>;
+  constexpr int CSTEP = SM_LN_THREADS * VEC; /* elements between a thread's slots */
+  /* Whether pass 2 skips the register rows a thread does not have. Taking
+   * their exponentials gives the same bits: exp(-inf - M) adds +0, or NaN
+   * where M = -inf, and then every real entry of the column is -inf or
+   * NaN, so its sum is NaN anyway. The choice only steers code generation:
+   * each dtype keeps to its register budgets without spills this way. */
+  constexpr bool SKIP_MISSING = sizeof(T) == 4;
+  extern __shared__ __align__(16) unsigned char sm_dyn[];
+  T *const mine = reinterpret_cast<T *>(sm_dyn) + (int64_t)threadIdx.x * VEC;
+  __shared__ T sh_m[(SM_LN_THREADS / 32) * TI];
+  __shared__ double sh_s[(SM_LN_THREADS / 32) * TI];
+  const T ninf = (T)-INFINITY;
+  const int t = (int)threadIdx.x, p = t & 7, r = t >> 3;
+  const int64_t tiles = (inner + TI - 1) / TI;
+  const int64_t units = outer * tiles;
+  const int64_t rstride = (int64_t)SM_LN_SLOTS * inner;
+  const int K = n > r ? (int)((n - r + SM_LN_SLOTS - 1) / SM_LN_SLOTS) : 0;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t o = (int64_t)bk_divider_q(tiles_div, (uint64_t)u), tl = u - o * tiles;
+    const int64_t c = tl * TI + p * VEC;
+    const int Kt = c < inner ? K : 0; /* this thread's rows in this tile */
+    const int64_t off = Kt > 0 ? (o * n + r) * inner + c : 0;
+    const T *xs = x + off;
+    T *ys = y + off;
+
+    T a[KR][VEC];
+#pragma unroll
+    for (int k = 0; k < KR; ++k) {
+      if (k < Kt) {
+        bk_ld16(xs + k * rstride, a[k]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) a[k][e] = ninf;
+      }
+    }
+#pragma unroll 4
+    for (int k = KR; k < Kt; ++k) sm_cp_async16(mine + (k - KR) * CSTEP, xs + k * rstride);
+    sm_cp_async_commit();
+
+    /* Pass 1: maximum, registers first while the copies land. */
+    T m[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) m[e] = ninf;
+#pragma unroll
+    for (int k = 0; k < KR; ++k)
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) m[e] = sm_max_op()(m[e], a[k][e]);
+    sm_cp_async_wait0();
+#pragma unroll 4
+    for (int k = KR; k < Kt; ++k) {
+      T v[VEC];
+      bk_vload<VEC>(mine + (k - KR) * CSTEP, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) m[e] = sm_max_op()(m[e], v[e]);
+    }
+    sm_line_fold<VEC>(m, sm_max_op(), sh_m);
+
+    /* Pass 2: exponentials against the column maximum, float64 sums. */
+    double s[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) s[e] = 0.0;
+#pragma unroll
+    for (int k = 0; k < KR; ++k) {
+      if (SKIP_MISSING ? k < Kt : true) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const T ex = sm_exp(a[k][e] - m[e]);
+          a[k][e] = ex;
+          s[e] += (double)ex;
+        }
+      }
+    }
+#pragma unroll 4
+    for (int k = KR; k < Kt; ++k) {
+      T v[VEC];
+      bk_vload<VEC>(mine + (k - KR) * CSTEP, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        v[e] = sm_exp(v[e] - m[e]);
+        s[e] += (double)v[e];
+      }
+      bk_st16(mine + (k - KR) * CSTEP, v);
+    }
+    sm_line_fold<VEC>(s, sm_sum_op(), sh_s);
+    T inv[VEC];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) inv[e] = (T)(1.0 / s[e]);
+
+    /* Pass 3: write. */
+#pragma unroll
+    for (int k = 0; k < KR; ++k) {
+      if (k < Kt) {
+        T w[VEC];
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) w[e] = a[k][e] * inv[e];
+        bk_vstore_cs<VEC>(ys + k * rstride, w);
+      }
+    }
+#pragma unroll 4
+    for (int k = KR; k < Kt; ++k) {
+      T v[VEC];
+      bk_vload<VEC>(mine + (k - KR) * CSTEP, v);
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) v[e] *= inv[e];
+      bk_vstore_cs<VEC>(ys + k * rstride, v);
+    }
+  }
+}
+
 /* ---- launchers ------------------------------------------------------------------------ */
 
 template <typename T, int VEC, bool MASKED>
@@ -893,13 +1087,111 @@ static bk_status softmax_inner_tile_launch(bk_context *ctx, const char *fn, cons
   return bk__cuda_launched(fn, "softmax_inner_tile_kernel");
 }
 
+/* Shared memory of one multiprocessor on sm_90 (228 KB), and the 1 KB of
+ * it the system reserves for every resident block. */
+static constexpr int64_t SM_SMEM_PER_SM = 228 * 1024;
+static constexpr int64_t SM_SMEM_RESERVED = 1024;
+
+/* The shared-memory capacities (KB per multiprocessor) sm_90 can be
+ * configured with. The driver rounds a carveout percentage up to the next
+ * of them, so the percentage asked for is the largest that still rounds
+ * up to the smallest capacity holding `need` bytes (rounding need itself
+ * up could step past that capacity: 195 KB is just over 85% of 228 KB,
+ * and 86% of 228 KB is just over 196 KB). */
+static int sm_carveout_pct(int64_t need) {
+  static const int64_t kb[] = {0, 8, 16, 32, 64, 100, 132, 164, 196, 228};
+  for (size_t i = 0; i < sizeof kb / sizeof kb[0]; ++i)
+    if (kb[i] * 1024 >= need) return (int)(kb[i] * 1024 * 100 / SM_SMEM_PER_SM);
+  return 100;
+}
+
+/* Longest fibre the line kernel with KR register rows per thread holds
+ * while minb blocks share a multiprocessor: 32*KR rows in registers plus
+ * the 128-byte rows that fit in a minb-th of the shared memory after the
+ * block's static arrays (float32's, the larger) and reserved kilobyte. */
+static constexpr int64_t sm_ln_nmax(int kr, int minb) {
+  return (int64_t)SM_LN_SLOTS * kr +
+         (SM_SMEM_PER_SM / minb - SM_SMEM_RESERVED - SM_LN_STATIC<float>) / 128;
+}
+
+/* Fibre lengths served by line tiles, both dtypes. Below SM_LN_NMIN rows
+ * some of a tile's 32 row slots would idle; above SM_LN_NMAX the tile
+ * (SM_LN_NMAX rows = 174 KB) no longer fits on chip twice per
+ * multiprocessor, registers included. */
+static constexpr int64_t SM_LN_NMIN = SM_LN_SLOTS;
+static constexpr int64_t SM_LN_NMAX = sm_ln_nmax(16, 2);
+static_assert(sm_ln_nmax(2, 6) == 336 && sm_ln_nmax(4, 4) == 552 && sm_ln_nmax(8, 3) == 832 &&
+                  sm_ln_nmax(8, 2) == 1136 && SM_LN_NMAX == 1392,
+              "the bounds listed at softmax_inner_line");
+
+/* Queues softmax_inner_line_kernel<T, KR, MINB> (x, y 16-byte aligned,
+ * inner a multiple of the vector width, n <= sm_ln_nmax(KR, MINB)). The
+ * dynamic shared-memory limit is the instantiation's fixed maximum, set on
+ * every launch (never lowered under a concurrent caller); the carveout
+ * asks for the shared memory of MINB resident blocks only, so the rest of
+ * the on-chip memory stays L1, which the register loads in flight need. */
+template <typename T, int KR, int MINB>
+static bk_status softmax_inner_line_launch(bk_context *ctx, const char *fn, const void *x,
+                                           void *y, int64_t outer, int64_t n, int64_t inner) {
+  constexpr int64_t reg_rows = (int64_t)SM_LN_SLOTS * KR;
+  constexpr int64_t smem_max = (sm_ln_nmax(KR, MINB) - reg_rows) * 128;
+  const int64_t bytes = n > reg_rows ? (n - reg_rows) * 128 : 0;
+  const int64_t need = MINB * (bytes + SM_LN_STATIC<T> + SM_SMEM_RESERVED);
+  auto kern = softmax_inner_line_kernel<T, KR, MINB>;
+  BK_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem_max),
+              fn, "cudaFuncSetAttribute");
+  BK_CUDA_TRY(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   sm_carveout_pct(need)),
+              fn, "cudaFuncSetAttribute");
+  const int64_t tiles = (inner + SM_LN_TI<T> - 1) / SM_LN_TI<T>;
+  kern<<<bk_cuda_grid(outer * tiles), SM_LN_THREADS, (size_t)bytes, bk_stream(ctx)>>>(
+      (const T *)x, (T *)y, outer, n, inner, bk_divider_make((uint64_t)tiles));
+  return bk__cuda_launched(fn, "softmax_inner_line_kernel");
+}
+
+/*
+ * Line-tile path (SM_LN_NMIN <= n <= SM_LN_NMAX). The register share of
+ * the fibre grows with n so that the shared-memory share leaves room for
+ * as many resident blocks as the registers allow; each bound is
+ * sm_ln_nmax(KR, MINB) of its instantiation (32*KR register rows plus the
+ * shared rows MINB blocks leave room for):
+ *   float32  n   32..336   KR  2, 6 blocks per multiprocessor (<= 40 registers)
+ *            n  337..552   KR  4, 4 blocks (<= 64 registers)
+ *            n  553..832   KR  8, 3 blocks (<= 80 registers)
+ *            n  833..1136  KR  8, 2 blocks (<= 128 registers)
+ *            n 1137..1392  KR 16, 2 blocks
+ *   float64  n   32..552   KR  4, 4 blocks (<= 64 registers)
+ *            n  553..832   KR  8, 3 blocks
+ *            n  833..1136  KR  8, 2 blocks
+ *            n 1137..1392  KR 16, 2 blocks
+ * float64 starts at KR 4 and 4 blocks: at 6 blocks (40 registers) its
+ * exponentials spill.
+ */
+template <typename T>
+static bk_status softmax_inner_line(bk_context *ctx, const char *fn, const void *x, void *y,
+                                    int64_t outer, int64_t n, int64_t inner) {
+  if constexpr (sizeof(T) == 4) {
+    if (n <= sm_ln_nmax(2, 6))
+      return softmax_inner_line_launch<T, 2, 6>(ctx, fn, x, y, outer, n, inner);
+  }
+  if (n <= sm_ln_nmax(4, 4))
+    return softmax_inner_line_launch<T, 4, 4>(ctx, fn, x, y, outer, n, inner);
+  if (n <= sm_ln_nmax(8, 3))
+    return softmax_inner_line_launch<T, 8, 3>(ctx, fn, x, y, outer, n, inner);
+  if (n <= sm_ln_nmax(8, 2))
+    return softmax_inner_line_launch<T, 8, 2>(ctx, fn, x, y, outer, n, inner);
+  return softmax_inner_line_launch<T, 16, 2>(ctx, fn, x, y, outer, n, inner);
+}
+
 /* Tile path of softmax_inner: returns BK_OK with *done = false when the
  * fibre tile does not fit in shared memory. With 16-byte aligned x and y
- * and rows of inner*sizeof(T) a multiple of 16 bytes, the tile is loaded
- * with cp.async and may be up to 96 KB (two blocks per multiprocessor)
- * while its row segments stay within 128 bytes, else it keeps to 64 KB
- * (three blocks); otherwise the register-staged load fills tiles of up to
- * 64 KB. */
+ * and rows of inner*sizeof(T) a multiple of 16 bytes, rows wider than half
+ * a line and fibres of SM_LN_NMIN..SM_LN_NMAX rows go to line tiles;
+ * other such tiles are loaded with cp.async and may be up to 96 KB (two
+ * blocks per multiprocessor) while their row segments stay within 128
+ * bytes, else they keep to 64 KB (three blocks); otherwise the
+ * register-staged load fills tiles of up to 64 KB. */
 template <typename T>
 static bk_status softmax_inner_tile(bk_context *ctx, const char *fn, const void *x, void *y,
                                     int64_t outer, int64_t n, int64_t inner, bool *done) {
@@ -911,6 +1203,10 @@ static bk_status softmax_inner_tile(bk_context *ctx, const char *fn, const void 
   if (n > SM_TILE_MAX / (esz * tmin)) return BK_OK;
   const bool async = bk_aligned16(x) && bk_aligned16(y) && (inner * esz) % 16 == 0 &&
                      tmin * esz >= 16;
+  if (async && inner * esz > 64 && n >= SM_LN_NMIN && n <= SM_LN_NMAX) {
+    *done = true;
+    return softmax_inner_line<T>(ctx, fn, x, y, outer, n, inner);
+  }
   int ti = tmax;
   if (async) {
     while (ti > tmin && (n * ti * esz > SM_TILE_MAX ||
@@ -932,8 +1228,9 @@ static bk_status softmax_inner(bk_context *ctx, const char *fn, const void *x, v
   const bk_status st = softmax_inner_tile<T>(ctx, fn, x, y, outer, n, inner, &done);
   if (st != BK_OK || done) return st;
   /* Fibres too long for the shared-memory tile. Tile width: up to 32 inner
-   * positions (128-byte row segments in float32), narrowed to 16 while that lets a block of at most 512 threads cache more
-   * of the fibre. Blocks stay at 512 threads or fewer so that two share a
+   * positions (128-byte row segments in float32), narrowed to 16 while
+   * that lets a block of at most 512 threads cache more of the fibre.
+   * Blocks stay at 512 threads or fewer so that two share a
    * multiprocessor; rows beyond the cache are streamed and read again from
    * L2 (a block's tile is at most n*ti elements). */
   int ti = 1;
