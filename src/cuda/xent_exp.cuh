@@ -42,17 +42,24 @@ static __device__ const double xe_exp2_tab[64] = {
  * argument outside that range is meaningless, though its table read stays
  * in bounds); callers that test a whole batch of arguments with
  * xe_exp_core_range first take its shared-memory form, xe_exp_core_tab.
+ * xe_exp_poly is their common part: k = round(x*64/ln2), the reduced r and
+ * q(r) with e^r = 1 + r*q(r).
  */
-static __device__ __forceinline__ double xe_exp_core(double x) {
+static __device__ __forceinline__ double xe_exp_poly(double x, int &k, double &r) {
   const double sh = fma(x, 0x1.71547652b82fep+6, 0x1.8p+52);
   const double kd = sh - 0x1.8p+52;
-  const int k = __double2loint(sh);
-  double r = fma(kd, -0x1.62e42fec00000p-7, x);
+  k = __double2loint(sh);
+  r = fma(kd, -0x1.62e42fec00000p-7, x);
   r = fma(kd, -0x1.d1cf79abc9e3bp-38, r);
   double q = fma(r, 1.0 / 120.0, 1.0 / 24.0);
   q = fma(q, r, 1.0 / 6.0);
   q = fma(q, r, 0.5);
-  q = fma(q, r, 1.0);
+  return fma(q, r, 1.0);
+}
+static __device__ __forceinline__ double xe_exp_core(double x) {
+  int k;
+  double r;
+  const double q = xe_exp_poly(x, k, r);
   const double t = xe_exp2_tab[k & 63];
   const double ts = __hiloint2double(__double2hiint(t) + (k >> 6) * (1 << 20), __double2loint(t));
   return fma(ts * r, q, ts);
@@ -78,15 +85,9 @@ static __device__ __forceinline__ int2 xe_exp2_tab_entry(int j) {
   return make_int2(__double2loint(t), (int)((unsigned)__double2hiint(t) - ((unsigned)j << 14)));
 }
 static __device__ __forceinline__ double xe_exp_core_tab(double x, const int2 *tab) {
-  const double sh = fma(x, 0x1.71547652b82fep+6, 0x1.8p+52);
-  const double kd = sh - 0x1.8p+52;
-  const int k = __double2loint(sh);
-  double r = fma(kd, -0x1.62e42fec00000p-7, x);
-  r = fma(kd, -0x1.d1cf79abc9e3bp-38, r);
-  double q = fma(r, 1.0 / 120.0, 1.0 / 24.0);
-  q = fma(q, r, 1.0 / 6.0);
-  q = fma(q, r, 0.5);
-  q = fma(q, r, 1.0);
+  int k;
+  double r;
+  const double q = xe_exp_poly(x, k, r);
   const int2 t = tab[k & 63];
   const double ts = __hiloint2double((int)((unsigned)t.y + ((unsigned)k << 14)), t.x);
   return fma(ts * r, q, ts);
