@@ -215,6 +215,21 @@ static void softmax_special_fibres(void) {
   }
 }
 
+/* Rounds x (dims[0], dims[1], dims[2]) to dt, checks the softmax along axis
+ * 1 against the float64 reference and that x is unchanged, frees x. */
+static void midaxis_check(bk_dtype dt, double *x, const int64_t *dims) {
+  const int64_t n = dims[0] * dims[1] * dims[2];
+  double *ref = tl_xmalloc((size_t)n * sizeof *ref);
+  tl_round(dt, x, n);
+  softmax_ref(x, ref, dims, 3, 1);
+  bk_buffer *b = tl_buf(dt, x, n);
+  softmax_check(b, ref, n, dims, 3, 1, tl_ctx);
+  TL_UNCHANGED(b, x, n);
+  bk_buffer_release(b);
+  free(x);
+  free(ref);
+}
+
 /* Middle-axis shapes aimed at the CUDA tile kernels: fibres at and one
  * past the shared-memory tile limits (2048 and 3072 float32 rows, 1536
  * float64), partial last tiles, and more tiles than resident blocks, in a
@@ -248,21 +263,14 @@ static void softmax_midaxis_tiles(void) {
       if (shapes[s].gpu_only && tl_dev.kind == BK_DEVICE_CPU) continue;
       const int64_t *dims = shapes[s].dims;
       const int64_t n = dims[0] * dims[1] * dims[2];
-      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      double *x = tl_xmalloc((size_t)n * sizeof *x);
       tl_seed(400 + s);
       for (int64_t i = 0; i < n; i++) x[i] = 4 * tl_randn();
       /* A tie and a -inf entry in the first fibre, -inf in the last. */
       x[dims[2]] = x[0];
       x[2 * dims[2]] = -INFINITY;
       x[n - 1] = -INFINITY;
-      tl_round(dt, x, n);
-      softmax_ref(x, ref, dims, 3, 1);
-      bk_buffer *b = tl_buf(dt, x, n);
-      softmax_check(b, ref, n, dims, 3, 1, tl_ctx);
-      TL_UNCHANGED(b, x, n);
-      bk_buffer_release(b);
-      free(x);
-      free(ref);
+      midaxis_check(dt, x, dims);
     }
   }
 }
@@ -280,7 +288,7 @@ static void softmax_midaxis_special(void) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
       const int64_t len = lens[l], dims[3] = {2, len, inner}, n = 2 * len * inner;
-      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      double *x = tl_xmalloc((size_t)n * sizeof *x);
       tl_seed(450 + l);
       for (int64_t i = 0; i < n; i++) x[i] = 3 * tl_randn();
       for (int64_t o = 0; o < 2; o++) {
@@ -295,14 +303,7 @@ static void softmax_midaxis_special(void) {
         f[len / 100 * inner + 4] = INFINITY;
         f[len * 9 / 10 * inner + 4] = INFINITY;
       }
-      tl_round(dt, x, n);
-      softmax_ref(x, ref, dims, 3, 1);
-      bk_buffer *b = tl_buf(dt, x, n);
-      softmax_check(b, ref, n, dims, 3, 1, tl_ctx);
-      TL_UNCHANGED(b, x, n);
-      bk_buffer_release(b);
-      free(x);
-      free(ref);
+      midaxis_check(dt, x, dims);
     }
   }
 }
