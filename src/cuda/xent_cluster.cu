@@ -429,6 +429,49 @@ static __device__ __forceinline__ void xg_issue(const T *S, const T *Tt, T *stag
 
 /* ---- kernels ---------------------------------------------------------------------------- */
 
+/* Where a block stands in the row loop: the cluster size, its rank, the
+ * vectors of its share (n, starting at vector q0 of a row), its cluster's
+ * index cid among ncl clusters, and the rows it visits (cid, cid + ncl, ...:
+ * nrow of them, cid < rows). */
+struct xg_plan {
+  int C, rank, n;
+  int64_t q0, cid, ncl, nrow, cols, vec;
+  /* Element offset of the block's share of the cluster's j-th row. */
+  __device__ __forceinline__ int64_t base(int64_t j) const {
+    return (cid + j * ncl) * cols + q0 * vec;
+  }
+};
+static __device__ __forceinline__ xg_plan xg_make_plan(const cg::cluster_group &cluster,
+                                                       int64_t rows, int64_t cols, int sl,
+                                                       int vec) {
+  xg_plan p;
+  p.C = (int)cluster.num_blocks();
+  p.rank = (int)cluster.block_rank();
+  const int64_t nvec = cols / vec;
+  p.q0 = (int64_t)p.rank * sl;
+  p.n = p.q0 < nvec ? (int)(nvec - p.q0 < sl ? nvec - p.q0 : sl) : 0;
+  p.cid = (int64_t)blockIdx.x / p.C;
+  p.ncl = (int64_t)gridDim.x / p.C;
+  p.nrow = (rows - p.cid + p.ncl - 1) / p.ncl;
+  p.cols = cols;
+  p.vec = vec;
+  return p;
+}
+
+/* Thread 0 initializes the stage mbarriers (one arrival each: its own, with
+ * the bytes of the copies) and the two exchange mbarriers, and makes them
+ * visible to the cluster; a cluster barrier must follow. */
+template <int NST>
+static __device__ __forceinline__ void xg_init_bars(unsigned long long *lbar,
+                                                    unsigned long long *xbar) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < NST; ++s) xg_bar_init(xg_smem(&lbar[s]), 1);
+    xg_bar_init(xg_smem(&xbar[0]), 1);
+    xg_bar_init(xg_smem(&xbar[1]), 1);
+    xg_bar_init_fence();
+  }
+}
+
 /*
  * Teacher gradient rows, a cluster of C blocks per row (see the file
  * comment). Two stages of 2*sl vectors each (S then T) in dynamic shared
@@ -451,27 +494,17 @@ static __global__ void __launch_bounds__(XG_THREADS, XG_MIN_BLOCKS)
   __shared__ xg_two<double> shs[XG_WARPS];
 
   cg::cluster_group cluster = cg::this_cluster();
-  const int C = (int)cluster.num_blocks();
-  const int rank = (int)cluster.block_rank();
+  const xg_plan pl = xg_make_plan(cluster, rows, cols, sl, VEC);
+  const int C = pl.C, rank = pl.rank, n = pl.n;
   const int tid = (int)threadIdx.x;
-  const int64_t nvec = cols / VEC;
-  const int64_t q0 = (int64_t)rank * sl;
-  const int n = q0 < nvec ? (int)(nvec - q0 < sl ? nvec - q0 : sl) : 0;
-  const int64_t cid = (int64_t)blockIdx.x / C, ncl = (int64_t)gridDim.x / C;
-  const int64_t nrow = (rows - cid + ncl - 1) / ncl; /* rows cid, cid + ncl, ... (cid < rows) */
+  const int64_t nrow = pl.nrow;
   const double inv_rows = 1.0 / (double)rows;
   const int64_t stage_elems = (int64_t)2 * sl * VEC;
   T *const stages = reinterpret_cast<T *>(xg_dyn);
-  /* Element offset of this block's share of the cluster's j-th row. */
-  auto base_of = [&](int64_t j) { return (cid + j * ncl) * cols + q0 * VEC; };
+  auto base_of = [&](int64_t j) { return pl.base(j); };
   auto stage_of = [&](int64_t j) { return stages + (j % NST) * stage_elems; };
 
-  if (tid == 0) {
-    for (int s = 0; s < NST; ++s) xg_bar_init(xg_smem(&lbar[s]), 1);
-    xg_bar_init(xg_smem(&xbar[0]), 1);
-    xg_bar_init(xg_smem(&xbar[1]), 1);
-    xg_bar_init_fence();
-  }
+  xg_init_bars<NST>(lbar, xbar);
   /* Every block's mbarriers are initialized before anyone stores into them. */
   cluster.sync();
   if (tid == 0)
@@ -547,27 +580,18 @@ static __global__ void __launch_bounds__(THREADS, MINB)
   __shared__ int2 tab[64];
 
   cg::cluster_group cluster = cg::this_cluster();
-  const int C = (int)cluster.num_blocks();
-  const int rank = (int)cluster.block_rank();
+  const xg_plan pl = xg_make_plan(cluster, rows, cols, sl, VEC);
+  const int C = pl.C, rank = pl.rank, n = pl.n;
   const int tid = (int)threadIdx.x;
-  const int64_t nvec = cols / VEC;
-  const int64_t q0 = (int64_t)rank * sl;
-  const int n = q0 < nvec ? (int)(nvec - q0 < sl ? nvec - q0 : sl) : 0;
-  const int64_t cid = (int64_t)blockIdx.x / C, ncl = (int64_t)gridDim.x / C;
-  const int64_t nrow = (rows - cid + ncl - 1) / ncl; /* rows cid, cid + ncl, ... (cid < rows) */
+  const int64_t nrow = pl.nrow;
   const double inv_rows = 1.0 / (double)rows;
   const int64_t stage_elems = (int64_t)2 * sl * VEC;
   double *const stages = reinterpret_cast<double *>(xg_dyn);
-  auto base_of = [&](int64_t j) { return (cid + j * ncl) * cols + q0 * VEC; };
+  auto base_of = [&](int64_t j) { return pl.base(j); };
   auto stage_of = [&](int64_t j) { return stages + (j % NST) * stage_elems; };
 
   if (tid < 64) tab[tid] = xe_exp2_tab_entry(tid);
-  if (tid == 0) {
-    for (int s = 0; s < NST; ++s) xg_bar_init(xg_smem(&lbar[s]), 1);
-    xg_bar_init(xg_smem(&xbar[0]), 1);
-    xg_bar_init(xg_smem(&xbar[1]), 1);
-    xg_bar_init_fence();
-  }
+  xg_init_bars<NST>(lbar, xbar);
   /* Every block's mbarriers are initialized before anyone stores into them
    * (and the table is written before anyone reads it). */
   cluster.sync();
