@@ -19,12 +19,14 @@ Conventions (the same for every function):
 from __future__ import annotations
 
 import numbers
-from ctypes import POINTER, byref, c_int, c_int64, c_uint64, c_void_p
+from ctypes import POINTER, c_int, c_int64, c_uint64, c_void_p
 
 import numpy as np
 
 from . import _ffi
-from ._core import Buffer, _cint, _i64, as_buffer, ctx_handle, wrap_result
+from ._core import (
+    _I64_MAX, _I64_MIN, _INT_MAX, _INT_MIN, DEFAULT, Buffer, _cint, _i64, as_buffer, ctx_handle, wrap_result,
+)
 from ._ffi import InvalidArgumentError, check
 
 _OUT = c_void_p
@@ -59,7 +61,9 @@ def _dims(seq, name, fn):
 
     Arrays are cached by value: a model calls the same few geometries over and
     over, and building and checking the array is a good part of a small call's
-    cost. The library only reads them (const int64_t *).
+    cost. The library only reads them (const int64_t *). Each array also
+    carries its values as a tuple of ints, `ints`, so that shape hints need
+    not read them back out of the array.
     """
     try:
         key = tuple(seq) if type(seq) is not tuple else seq
@@ -67,12 +71,18 @@ def _dims(seq, name, fn):
     except TypeError:
         hit, key = None, None
     # (2.0, 3.0) hashes like (2, 3): only exact ints may use the cached array.
-    if hit is not None and all(type(v) is int for v in key):
-        return hit
+    if hit is not None:
+        for v in key:
+            if type(v) is not int:
+                break
+        else:
+            return hit
     if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__"):
         raise TypeError(f"{fn}: {name} must be a sequence of integers, got {type(seq).__name__}")
     vals = [_i64(v, f"{name}[{i}]", fn) for i, v in enumerate(seq)]
-    hit = ((c_int64 * max(len(vals), 1))(*vals), len(vals))
+    arr = (c_int64 * max(len(vals), 1))(*vals)
+    arr.ints = tuple(vals)
+    hit = (arr, len(vals))
     if key is not None and all(type(v) is int for v in key):
         if len(_DIMS_CACHE) >= 512:
             _DIMS_CACHE.clear()
@@ -133,9 +143,19 @@ def _flag(v, name, fn) -> int:
 
 
 def _float(v, name, fn) -> float:
+    # A float is its own value, and the Real check (an ABC) costs more than
+    # a small call's C work.
+    if type(v) is float:
+        return v
     if not isinstance(v, numbers.Real):
         raise TypeError(f"{fn}: {name} must be a real number, got {type(v).__name__}")
     return float(v)
+
+
+# The int range each check passes unchanged: a plain int inside it is its own
+# C argument, so __call__ takes it without calling the check. _float turns ints
+# into floats, and the array checks take sequences, so they have no range.
+_PASSTHROUGH = {_i64: (_I64_MIN, _I64_MAX), _cint: (_INT_MIN, _INT_MAX), _flag: (_INT_MIN, _INT_MAX)}
 
 
 class _Primitive:
@@ -147,64 +167,102 @@ class _Primitive:
     the C order, each a name (an int64) or a (check, name) pair, where
     check(value, name, fn) returns one C argument or a tuple of them (_dims:
     an array and its count). They are checked in that order, after the
-    inputs, and the C function is looked up only then.
+    inputs, and the C function is looked up only then (once: it is kept).
 
     `shape` maps the checked arguments to the shape hint of the result, or
     with nout > 1 to a tuple of hints, one per result; it runs only once the
     call succeeded, and `verify` checks the hint against the result's
     length. With `flag` the C function also sets an int after the result,
     returned as a bool beside it.
+
+    A small call's cost is mostly the interpreter's, so the plan is worked
+    out here once, and __call__ takes the common cases (a Buffer with no
+    pending work, an int its check would pass unchanged) inline. The result
+    pointers are passed as the c_void_p (and c_int) objects themselves:
+    their argtypes are POINTER(c_void_p) and POINTER(c_int), for which ctypes
+    passes such an object by reference, as byref would, at less cost.
     """
 
-    __slots__ = ("fn", "cname", "inputs", "ninputs", "checks", "shape", "nout", "flag", "verify")
+    __slots__ = ("fn", "cname", "cfn", "inputs", "checks", "first", "shape", "nones", "flag", "verify")
 
     def __init__(self, name, inputs, args=(), shape=None, nout=1, flag=False, verify=False):
         self.fn = "bufkern." + name
         self.cname = "bk_" + name
+        self.cfn = None
         self.inputs = inputs
-        self.ninputs = len(inputs)
-        self.checks = tuple((_i64, a) if type(a) is str else a for a in args)
+        checks = []
+        for a in args:
+            check_arg, arg_name = (_i64, a) if type(a) is str else a
+            lo, hi = _PASSTHROUGH.get(check_arg, (1, 0))
+            checks.append((check_arg, arg_name, lo, hi))
+        self.checks = tuple(checks)
+        # Each input is one C argument after the context: the further ones start here.
+        self.first = 1 + len(inputs)
         self.shape = shape
-        self.nout = nout
+        # One None per result, to make the result pointers with map; empty for one result.
+        self.nones = (None,) * nout if nout > 1 else ()
         self.flag = flag
         self.verify = verify
 
     def __call__(self, ctx, *values):
         """The primitive on `values`: the inputs, then the further arguments."""
         fn = self.fn
-        ch, key = ctx_handle(ctx, fn)
+        if ctx is None:
+            ch, key = None, DEFAULT
+        else:
+            ch, key = ctx_handle(ctx, fn)
         keep = []  # buffers made from other objects, alive until the call returns
         args = [ch]
         append = args.append
         i = 0
         for name in self.inputs:
-            append(_in(values[i], key, ctx, name, fn, keep))
+            v = values[i]
             i += 1
-        first = i + 1  # where the further arguments start in args
-        for check_arg, name in self.checks:
-            a = check_arg(values[i], name, fn)
-            i += 1
-            if type(a) is tuple:
-                args += a
+            if type(v) is Buffer and v._pending is None and v._h is not None:
+                append(v._h)
             else:
-                append(a)
-        cfn = getattr(_lib(), self.cname)
+                append(_in(v, key, ctx, name, fn, keep))
+        for check_arg, name, lo, hi in self.checks:
+            v = values[i]
+            i += 1
+            if type(v) is int and lo <= v <= hi:
+                append(v)
+            else:
+                a = check_arg(v, name, fn)
+                if type(a) is tuple:
+                    args += a
+                else:
+                    append(a)
+        cfn = self.cfn
+        if cfn is None:
+            cfn = self.cfn = getattr(_lib(), self.cname)
         shape = self.shape
-        if self.nout > 1:
-            outs = [_OUT() for _ in range(self.nout)]
-            check(cfn(*args, *[byref(o) for o in outs]))
-            results = []
-            for o, hint in zip(outs, shape(*args[first:])):
-                results.append(wrap_result(o.value, key, hint))
+        nones = self.nones
+        if nones:
+            outs = list(map(_OUT, nones))
+            status = cfn(*args, *outs)
+            if status:
+                check(status)
+            # A plain loop: a comprehension or map costs more for a few results.
+            results = list(shape(*args[self.first :]))
+            i = 0
+            for o in outs:
+                results[i] = wrap_result(o.value, key, results[i])
+                i += 1
             return tuple(results)
         out = _OUT()
         if self.flag:
             flag = c_int(0)
-            check(cfn(*args, byref(out), byref(flag)))
-            return wrap_result(out.value, key, shape(*args[first:])), bool(flag.value)
-        check(cfn(*args, byref(out)))
-        return wrap_result(out.value, key, None if shape is None else shape(*args[first:]),
-                           self.verify)
+            status = cfn(*args, out, flag)
+            if status:
+                check(status)
+            return wrap_result(out.value, key, shape(*args[self.first :])), bool(flag.value)
+        status = cfn(*args, out)
+        if status:
+            check(status)
+        if shape is None:
+            return wrap_result(out.value, key, None, self.verify)
+        return wrap_result(out.value, key, shape(*args[self.first :]), self.verify)
 
 
 # ---------------------------------------------------------------------------
@@ -212,7 +270,7 @@ class _Primitive:
 # ---------------------------------------------------------------------------
 
 _SOFTMAX = _Primitive(
-    "softmax", ("x",), ((_dims, "dims"), (_cint, "axis")), lambda d, rank, ax: tuple(d[:rank])
+    "softmax", ("x",), ((_dims, "dims"), (_cint, "axis")), lambda d, rank, ax: d.ints
 )
 
 
@@ -386,7 +444,7 @@ def _broadcast_geometry(geometry, name, fn):
 
 
 def _swapped_shape(d, rank, depth):
-    shape = list(d[:rank])
+    shape = list(d.ints)
     if 0 <= depth < rank - 1:
         shape[depth], shape[depth + 1] = shape[depth + 1], shape[depth]
     return tuple(shape)
@@ -397,18 +455,18 @@ _VEC_SLICE = _Primitive("vec_slice", ("x",), ("n", "start", "length"))
 _BROADCAST_COL = _Primitive("broadcast_col", ("vec",), ("rows", "cols"), lambda r, c: (r, c))
 _BROADCAST_TO = _Primitive(
     "broadcast_to", ("x",), ((_broadcast_geometry, "geometry"),),
-    lambda idims, in_rank, odims, out_rank, amap: tuple(odims[:out_rank]),
+    lambda idims, in_rank, odims, out_rank, amap: odims.ints,
 )
 _BROADCAST_TO_ADJOINT = _Primitive(
     "broadcast_to_adjoint", ("dout",), ((_broadcast_geometry, "geometry"),),
-    lambda idims, in_rank, odims, out_rank, amap: tuple(idims[:in_rank]),
+    lambda idims, in_rank, odims, out_rank, amap: idims.ints,
 )
 _SWAP_ADJACENT = _Primitive(
     "swap_adjacent", ("x",), ((_dims, "dims"), (_cint, "depth")), _swapped_shape
 )
 _SUM_AXIS = _Primitive(
     "sum_axis", ("x",), ((_dims, "dims"), (_cint, "axis")),
-    lambda d, rank, ax: tuple(v for i, v in enumerate(d[:rank]) if i != ax),
+    lambda d, rank, ax: tuple(v for i, v in enumerate(d.ints) if i != ax),
 )
 
 
