@@ -473,6 +473,41 @@ static __device__ __forceinline__ void xg_init_bars(unsigned long long *lbar,
 }
 
 /*
+ * The NST shared-memory stages of a block (stage j % NST holds the share of
+ * the cluster's j-th row, S then T, 2*sl vectors; filled when lbar[j % NST]
+ * completes its phase (j / NST) & 1). start: the mbarriers initialized and
+ * made visible to the cluster (a cluster barrier, so every block's are ready
+ * before anyone stores into them), then thread 0 queues the first NST rows.
+ * refill(j): once every thread is done with row j's stage, thread 0 queues
+ * row j + NST into it.
+ */
+template <typename T, int NST> struct xg_ring {
+  const T *S, *Tt;
+  T *base;
+  int64_t elems;
+  int sl;
+  const xg_plan &pl;
+  unsigned long long *lbar;
+
+  __device__ __forceinline__ T *stage(int64_t j) const { return base + (j % NST) * elems; }
+  __device__ __forceinline__ void wait(int64_t j) const {
+    xg_bar_wait(xg_smem(&lbar[j % NST]), (unsigned)((j / NST) & 1));
+  }
+  __device__ __forceinline__ void start(const cg::cluster_group &cluster,
+                                        unsigned long long *xbar) const {
+    xg_init_bars<NST>(lbar, xbar);
+    cluster.sync();
+    if (threadIdx.x == 0)
+      for (int64_t k = 0; k < NST && k < pl.nrow; ++k)
+        xg_issue(S, Tt, stage(k), pl.base(k), pl.n, sl, &lbar[k]);
+  }
+  __device__ __forceinline__ void refill(int64_t j) const {
+    if (threadIdx.x == 0 && j + NST < pl.nrow)
+      xg_issue(S, Tt, stage(j), pl.base(j + NST), pl.n, sl, &lbar[j % NST]);
+  }
+};
+
+/*
  * Teacher gradient rows, a cluster of C blocks per row (see the file
  * comment). Two stages of 2*sl vectors each (S then T) in dynamic shared
  * memory; stage j % 2 holds the cluster's j-th row. Every thread runs
@@ -496,35 +531,25 @@ static __global__ void __launch_bounds__(XG_THREADS, XG_MIN_BLOCKS)
   cg::cluster_group cluster = cg::this_cluster();
   const xg_plan pl = xg_make_plan(cluster, rows, cols, sl, VEC);
   const int C = pl.C, rank = pl.rank, n = pl.n;
-  const int tid = (int)threadIdx.x;
   const int64_t nrow = pl.nrow;
   const double inv_rows = 1.0 / (double)rows;
-  const int64_t stage_elems = (int64_t)2 * sl * VEC;
-  T *const stages = reinterpret_cast<T *>(xg_dyn);
-  auto base_of = [&](int64_t j) { return pl.base(j); };
-  auto stage_of = [&](int64_t j) { return stages + (j % NST) * stage_elems; };
-
-  xg_init_bars<NST>(lbar, xbar);
-  /* Every block's mbarriers are initialized before anyone stores into them. */
-  cluster.sync();
-  if (tid == 0)
-    for (int64_t k = 0; k < NST && k < nrow; ++k)
-      xg_issue(S, Tt, stage_of(k), base_of(k), n, sl, &lbar[k]);
+  const xg_ring<T, NST> ring{S, Tt, reinterpret_cast<T *>(xg_dyn), (int64_t)2 * sl * VEC, sl,
+                             pl, lbar};
+  ring.start(cluster, xbar);
 
   for (int64_t j = 0; j < nrow; ++j) {
-    T *cs = stage_of(j);
+    T *cs = ring.stage(j);
     T *ct = cs + (int64_t)sl * VEC;
-    xg_bar_wait(xg_smem(&lbar[j % NST]), (unsigned)((j / NST) & 1));
+    ring.wait(j);
     const xg_stat st = xg_local(cs, ct, n, shm, shs);
     const int p = (int)(j & 1);
     xg_send(st, slot[p], &xbar[p], rank, C);
     xg_bar_wait_cluster(xg_smem(&xbar[p]), (unsigned)((j >> 1) & 1));
     const xg_two<double> f = xg_fold<false>(slot[p], rank, C, inv_rows, nullptr);
-    xg_output(cs, ct, n, y + base_of(j), f);
+    xg_output(cs, ct, n, y + pl.base(j), f);
     /* Every thread is done with the stage before it takes row j+NST. */
     __syncthreads();
-    if (tid == 0 && j + NST < nrow)
-      xg_issue(S, Tt, stage_of(j + NST), base_of(j + NST), n, sl, &lbar[j % NST]);
+    ring.refill(j);
   }
   /* No block leaves while a peer may still store into its slots. */
   cluster.sync();
@@ -585,24 +610,17 @@ static __global__ void __launch_bounds__(THREADS, MINB)
   const int tid = (int)threadIdx.x;
   const int64_t nrow = pl.nrow;
   const double inv_rows = 1.0 / (double)rows;
-  const int64_t stage_elems = (int64_t)2 * sl * VEC;
-  double *const stages = reinterpret_cast<double *>(xg_dyn);
-  auto base_of = [&](int64_t j) { return pl.base(j); };
-  auto stage_of = [&](int64_t j) { return stages + (j % NST) * stage_elems; };
+  const xg_ring<double, NST> ring{S, Tt, reinterpret_cast<double *>(xg_dyn),
+                                  (int64_t)2 * sl * VEC, sl, pl, lbar};
 
   if (tid < 64) tab[tid] = xe_exp2_tab_entry(tid);
-  xg_init_bars<NST>(lbar, xbar);
-  /* Every block's mbarriers are initialized before anyone stores into them
-   * (and the table is written before anyone reads it). */
-  cluster.sync();
-  if (tid == 0)
-    for (int64_t k = 0; k < NST && k < nrow; ++k)
-      xg_issue(S, Tt, stage_of(k), base_of(k), n, sl, &lbar[k]);
+  /* The table is written before anyone reads it: start's cluster barrier. */
+  ring.start(cluster, xbar);
 
   for (int64_t j = 0; j < nrow; ++j) {
-    const double *cs = stage_of(j);
+    const double *cs = ring.stage(j);
     const double *ct = cs + (int64_t)sl * VEC;
-    xg_bar_wait(xg_smem(&lbar[j % NST]), (unsigned)((j / NST) & 1));
+    ring.wait(j);
     double a[KREG][VEC], b[KREG][VEC];
 #pragma unroll
     for (int k = 0; k < KREG; ++k) {
@@ -632,8 +650,7 @@ static __global__ void __launch_bounds__(THREADS, MINB)
     xg_two<double> m{fmax(ta[0], ninf), fmax(tb[0], ninf)};
     m = xg_block_max<WARPS>(m, shm);
     /* The share is in registers: the stage takes row j + NST. */
-    if (tid == 0 && j + NST < nrow)
-      xg_issue(S, Tt, stage_of(j), base_of(j + NST), n, sl, &lbar[j % NST]);
+    ring.refill(j);
     /* A -inf maximum: shift by 0 (see xg_local). Vectors past the share
      * take the argument 0, inside the table range; they are not summed. */
     const double hS = m.a == ninf ? 0.0 : m.a, hT = m.b == ninf ? 0.0 : m.b;
@@ -675,7 +692,7 @@ static __global__ void __launch_bounds__(THREADS, MINB)
     }
     __syncthreads();
     const double fS = fac.a, fT = fac.b;
-    double *const yr = y + base_of(j);
+    double *const yr = y + pl.base(j);
 #pragma unroll
     for (int k = 0; k < KREG; ++k) {
       const int i = tid + k * THREADS;
@@ -702,6 +719,50 @@ static const int64_t XG_SMEM_MAX = 192 * 1024;
  * every mbarrier passes both phase parities, also at the small shapes of
  * the tests. */
 static const int64_t XG_MIN_ROWS = 4;
+
+/*
+ * Queues kern (S, Tt, y, rows, cols, sl) in clusters of C blocks of
+ * `threads` threads and `smem` bytes of dynamic shared memory: as many
+ * clusters as can be resident (with short_rows > 0, at least
+ * ceil(rows / short_rows), so that clusters of that many rows follow each
+ * other), at most ceil(rows / XG_MIN_ROWS). False, with nothing queued and
+ * no error left behind, when no cluster of C can be resident or the launch
+ * is refused.
+ */
+template <typename K, typename T>
+static bool xg_cluster_launch(bk_context *ctx, K kern, int64_t C, int threads, int64_t smem,
+                              int64_t short_rows, const T *S, const T *Tt, T *y, int64_t rows,
+                              int64_t cols, int64_t sl) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)C;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)C, 1, 1);
+  cfg.blockDim = dim3((unsigned)threads, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)smem;
+  cfg.stream = bk_stream(ctx);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int active = 0;
+  if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) {
+    (void)cudaGetLastError(); /* this size cannot run here */
+    return false;
+  }
+  const int64_t want = (rows + XG_MIN_ROWS - 1) / XG_MIN_ROWS;
+  int64_t ncl = active;
+  if (short_rows > 0 && (rows + short_rows - 1) / short_rows > ncl)
+    ncl = (rows + short_rows - 1) / short_rows;
+  if (ncl > want) ncl = want;
+  if (ncl > (int64_t)INT32_MAX / C) ncl = (int64_t)INT32_MAX / C;
+  cfg.gridDim = dim3((unsigned)(ncl * C), 1, 1);
+  if (cudaLaunchKernelEx(&cfg, kern, S, Tt, y, rows, cols, (int)sl) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+}
 
 /*
  * C = the smallest power of two (2..16) whose stage (2*sl 16-byte vectors,
@@ -738,30 +799,8 @@ static bk_status xg_launch(bk_context *ctx, const char *fn, const T *S, const T 
     const int64_t sl = (nvec + C - 1) / C;
     const int64_t bytes = NST * 2 * sl * 16;
     if (bytes > XG_SMEM_MAX) break;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)C;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)C, 1, 1);
-    cfg.blockDim = dim3(XG_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = (size_t)bytes;
-    cfg.stream = bk_stream(ctx);
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int active = 0;
-    if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) {
-      (void)cudaGetLastError(); /* this size cannot run here */
+    if (!xg_cluster_launch(ctx, kern, C, XG_THREADS, bytes, 0, S, Tt, y, rows, cols, sl))
       continue;
-    }
-    const int64_t want = (rows + XG_MIN_ROWS - 1) / XG_MIN_ROWS;
-    const int64_t ncl = want < (int64_t)active ? want : (int64_t)active;
-    cfg.gridDim = dim3((unsigned)(ncl * C), 1, 1);
-    if (cudaLaunchKernelEx(&cfg, kern, S, Tt, y, rows, cols, (int)sl) != cudaSuccess) {
-      (void)cudaGetLastError();
-      continue;
-    }
     *done = 1;
     return bk__cuda_launched(fn, "xent_grad_cluster_kernel");
   }
@@ -821,34 +860,9 @@ static bk_status xg64_launch(bk_context *ctx, const char *fn, const double *S, c
   if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                            (int)(pct < 100 ? pct : 100)) != cudaSuccess)
     (void)cudaGetLastError(); /* a hint only */
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)C;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)C, 1, 1);
-  cfg.blockDim = dim3(THREADS, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)(NST * 2 * sl * 16);
-  cfg.stream = bk_stream(ctx);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int active = 0;
-  if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) {
-    (void)cudaGetLastError(); /* this size cannot run here */
+  if (!xg_cluster_launch(ctx, kern, C, THREADS, NST * 2 * sl * 16, short_rows, S, Tt, y, rows,
+                         cols, sl))
     return BK_OK;
-  }
-  const int64_t want = (rows + XG_MIN_ROWS - 1) / XG_MIN_ROWS;
-  int64_t ncl = active;
-  if (short_rows > 0 && (rows + short_rows - 1) / short_rows > ncl)
-    ncl = (rows + short_rows - 1) / short_rows;
-  if (ncl > want) ncl = want;
-  if (ncl > (int64_t)INT32_MAX / C) ncl = (int64_t)INT32_MAX / C;
-  cfg.gridDim = dim3((unsigned)(ncl * C), 1, 1);
-  if (cudaLaunchKernelEx(&cfg, kern, S, Tt, y, rows, cols, (int)sl) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return BK_OK;
-  }
   *done = 1;
   return bk__cuda_launched(fn, "xent_grad_cluster64_kernel");
 }
