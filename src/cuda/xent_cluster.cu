@@ -881,12 +881,17 @@ bk_status bk__cuda_xent_grad_cluster(bk_context *ctx, const char *fn, bk_dtype d
   const double *s64 = (const double *)S, *t64 = (const double *)T;
   double *y64 = (double *)y;
   const int64_t sm = bk_cu(ctx)->sm_count;
-  /* 256 threads, shares up to 1024 pairs (32768 columns: C = 16), three
-   * blocks per multiprocessor; clusters of 16 rows launched as the grid
-   * drains, so clusters of 16 blocks also fill multiprocessors that one
-   * resident wave would leave idle. */
-  const bk_status st =
-      xg64_launch<256, 4, 2, 3>(ctx, fn, s64, t64, y64, rows, cols, 2 * sm, 16, done);
+  /* 256 threads holding shares of up to 2048 pairs (32768 columns: C = 8)
+   * in registers, one stage (the registers hold the row being computed
+   * while the stage takes the next), two blocks per multiprocessor; clusters
+   * of 16 rows launched as the grid drains, so that clusters also fill
+   * multiprocessors that one resident wave would leave idle. Shapes it
+   * leaves (rows of at most 4096 columns, one such share; too few rows for
+   * 2 * SMs blocks) try shares of up to 1024 pairs, two stages and three
+   * blocks per multiprocessor, whose C is twice as large. */
+  bk_status st = xg64_launch<256, 8, 1, 2>(ctx, fn, s64, t64, y64, rows, cols, 2 * sm, 16, done);
+  if (st != BK_OK || *done) return st;
+  st = xg64_launch<256, 4, 2, 3>(ctx, fn, s64, t64, y64, rows, cols, 2 * sm, 16, done);
   if (st != BK_OK || *done) return st;
   return xg_launch<double>(ctx, fn, s64, t64, y64, rows, cols, 32 * 1024, done);
 }
