@@ -295,14 +295,13 @@ bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t 
   return BK_OK;
 }
 
-bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes,
-                                             void **dev) {
-  void *host = NULL, *d = NULL;
-  int slot = 0;
-  bk_status st = stage(ctx, bytes, &host, &slot);
-  if (st != BK_OK) return st;
-  memcpy(host, src, bytes);
-  st = bk__cuda_scratch(ctx, bytes, &d);
+bk_status bk__cuda_upload_begin(bk_context *ctx, size_t bytes, void **host, int *slot) {
+  return stage(ctx, bytes, host, slot);
+}
+
+bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void **dev) {
+  void *d = NULL;
+  bk_status st = bk__cuda_scratch(ctx, bytes, &d);
   if (st != BK_OK) return st;
   st = stage_copy(ctx, slot, d, bytes);
   if (st != BK_OK) {
@@ -311,6 +310,16 @@ bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes
   }
   *dev = d;
   return BK_OK;
+}
+
+bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes,
+                                             void **dev) {
+  void *host = NULL;
+  int slot = 0;
+  bk_status st = bk__cuda_upload_begin(ctx, bytes, &host, &slot);
+  if (st != BK_OK) return st;
+  memcpy(host, src, bytes);
+  return bk__cuda_upload_finish(ctx, slot, bytes, dev);
 }
 
 /* A buffer upload from pageable memory: cudaMemcpyAsync returns once the

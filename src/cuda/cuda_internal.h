@@ -80,6 +80,13 @@ bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t 
  * staging; same lifetime rules as bk__cuda_upload_indices. */
 bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *host, size_t bytes, void **dev);
 
+/* The same upload in two steps, for data built straight into the pinned
+ * staging: begin gives *host, `bytes` of pinned memory to fill (and its
+ * slot); finish queues its copy into fresh scratch memory (*dev). A begin
+ * without a finish leaves the staging as it was. bytes > 0. */
+bk_status bk__cuda_upload_begin(bk_context *ctx, size_t bytes, void **host, int *slot);
+bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void **dev);
+
 /* Library handles bound to the context's current stream, created on first
  * use. The out-parameter is a cublasHandle_t / cudnnHandle_t. */
 bk_status bk__cuda_cublas(bk_context *ctx, void **handle);

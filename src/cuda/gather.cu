@@ -7,9 +7,11 @@
  * allow), finds each vector's row with a multiply-shift divider and copies
  * from the selected row or writes exact zeros for an index >= rows.
  *
- * Scatter-add: the host sorts the in-range updates by destination row,
- * keeping increasing r within a row (a stable radix sort), and uploads the
- * schedule: for each touched row its list of update rows. The device then
+ * Scatter-add: the host orders the in-range updates by destination row,
+ * keeping increasing r within a row (a counter per row when the rows are
+ * not many more than the updates, written straight into the pinned
+ * staging; else a stable radix sort), and uploads the schedule: for each
+ * touched row its list of update rows. The device then
  * folds each touched row's updates in that order onto the base row,
  * ((mat[i] + v_first) + v_second) + ..., in the dtype, with no atomics.
  * When many rows are touched, one kernel writes every output row, looking
@@ -294,6 +296,63 @@ static bk_status build_sched(const char *fn, const uint64_t *idx, int64_t k, int
   return st;
 }
 
+/* Whether the schedule is built with one counter per row (two passes over
+ * the indices and two over the rows, no sort) rather than by sorting: when
+ * the rows are not many more than the updates. */
+static bool sched_by_count(int64_t rows, int64_t m) {
+  return m <= INT32_MAX && rows <= 4 * m + 65536;
+}
+
+/*
+ * Builds the schedule of the m in-range updates with a counter per row and
+ * writes it straight into the pinned staging, then queues its upload (*dev,
+ * *u the touched rows). Each row's updates land in increasing r because
+ * the second pass over the indices runs in that order: the same schedule
+ * as build_sched's stable sort.
+ */
+static bk_status upload_sched_count(bk_context *ctx, const char *fn, const uint64_t *idx,
+                                    int64_t k, int64_t rows, int64_t m, int64_t *u, void **dev) {
+  int32_t *at = (int32_t *)bk__host_calloc((size_t)rows, sizeof *at);
+  if (!at)
+    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the scatter schedule (%lld rows)",
+                    (long long)rows);
+  for (int64_t r = 0; r < k; r++)
+    if (idx[r] < (uint64_t)rows) at[idx[r]]++;
+  int64_t nu = 0;
+  for (int64_t row = 0; row < rows; row++) nu += at[row] != 0;
+  const size_t bytes = (size_t)(2 * nu + 1 + m) * sizeof(int64_t);
+  void *host = NULL;
+  int slot = 0;
+  /* One slack entry past seg_row for the branch-free pass below. */
+  bk_status st = bk__cuda_upload_begin(ctx, bytes + sizeof(int64_t), &host, &slot);
+  if (st != BK_OK) {
+    bk__host_free(at);
+    return st;
+  }
+  int64_t *seg_start = (int64_t *)host, *upd = seg_start + nu + 1, *seg_row = upd + m;
+  /* Without a branch (about two in five rows are touched when the updates
+   * are half as many as the rows, and the mispredictions cost more than the
+   * pass): every row writes its entry at sg, which only a touched row
+   * advances, so the next touched row or the final seg_start[nu] (and the
+   * slack seg_row entry) overwrite an untouched one's. at[row] becomes
+   * where the row's next update goes. */
+  int64_t sg = 0, off = 0;
+  for (int64_t row = 0; row < rows; row++) {
+    const int32_t c = at[row];
+    seg_start[sg] = off;
+    seg_row[sg] = row;
+    at[row] = (int32_t)off;
+    off += c;
+    sg += c != 0;
+  }
+  seg_start[nu] = m;
+  for (int64_t r = 0; r < k; r++)
+    if (idx[r] < (uint64_t)rows) upd[at[idx[r]]++] = r;
+  bk__host_free(at);
+  *u = nu;
+  return bk__cuda_upload_finish(ctx, slot, bytes, dev);
+}
+
 template <typename T, typename S, int W>
 static bk_status launch_dense(bk_context *ctx, const char *fn, const T *mat, const T *values,
                               T *y, int64_t rows, int64_t cols, const int64_t *seg_start,
@@ -349,25 +408,33 @@ template <typename T>
 static bk_status launch_scatter(bk_context *ctx, const char *fn, const T *mat, const T *values,
                                 T *y, int64_t rows, int64_t cols, const uint64_t *idx,
                                 int64_t k) {
-  sched sc;
-  bk_status st = build_sched(fn, idx, k, rows, &sc);
-  if (st != BK_OK) return st;
-  if (sc.m == 0)
+  int64_t m = 0;
+  for (int64_t r = 0; r < k; r++)
+    if (idx[r] < (uint64_t)rows) m++;
+  if (m == 0)
     return bk__cuda_status(cudaMemcpyAsync(y, mat, (size_t)(rows * cols) * sizeof(T),
                                            cudaMemcpyDeviceToDevice, bk_stream(ctx)),
                            fn, "cudaMemcpyAsync");
   void *dev = NULL;
-  st = bk__cuda_upload_scratch(ctx, sc.blob, (size_t)(2 * sc.u + 1 + sc.m) * sizeof(int64_t),
-                               &dev);
-  bk__host_free(sc.blob);
+  int64_t u = 0;
+  bk_status st;
+  if (sched_by_count(rows, m)) {
+    st = upload_sched_count(ctx, fn, idx, k, rows, m, &u, &dev);
+  } else {
+    sched sc;
+    st = build_sched(fn, idx, k, rows, &sc);
+    if (st != BK_OK) return st;
+    st = bk__cuda_upload_scratch(ctx, sc.blob, (size_t)(2 * sc.u + 1 + sc.m) * sizeof(int64_t),
+                                 &dev);
+    bk__host_free(sc.blob);
+    u = sc.u;
+  }
   if (st != BK_OK) return st;
   constexpr int W = 16 / sizeof(T);
   if (cols % W == 0 && al16(mat) && al16(values) && al16(y))
-    st = launch_scatter_w<T, W>(ctx, fn, mat, values, y, rows, cols, (const int64_t *)dev, sc.u,
-                                sc.m);
+    st = launch_scatter_w<T, W>(ctx, fn, mat, values, y, rows, cols, (const int64_t *)dev, u, m);
   else
-    st = launch_scatter_w<T, 1>(ctx, fn, mat, values, y, rows, cols, (const int64_t *)dev, sc.u,
-                                sc.m);
+    st = launch_scatter_w<T, 1>(ctx, fn, mat, values, y, rows, cols, (const int64_t *)dev, u, m);
   bk__cuda_scratch_free(ctx, dev);
   return st;
 }
