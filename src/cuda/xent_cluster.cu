@@ -64,6 +64,7 @@
  *    barrier, so the other warps neither poll the mbarrier nor repeat the
  *    fold.
  */
+#include "cluster_xchg.cuh"
 #include "xent_cluster.cuh"
 #include "xent_exp.cuh"
 
@@ -94,93 +95,6 @@ template <typename U> struct xg_two {
 struct xg_stat {
   double mS, sS, mT, sT;
 };
-
-static __device__ __forceinline__ unsigned xg_smem(const void *p) {
-  return (unsigned)__cvta_generic_to_shared(p);
-}
-
-/* The same shared-memory location in block `rank` of the cluster. */
-static __device__ __forceinline__ unsigned xg_mapa(unsigned addr, unsigned rank) {
-  unsigned out;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(rank));
-  return out;
-}
-
-static __device__ __forceinline__ void xg_bar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-
-/* Makes the initialized mbarriers visible to the cluster (followed by a
- * cluster barrier). */
-static __device__ __forceinline__ void xg_bar_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-/* Arrives once and expects `bytes` more of counted transfers this phase. */
-static __device__ __forceinline__ void xg_bar_expect(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-
-static __device__ __forceinline__ void xg_bar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-
-/* Waits until the phase of the given parity has completed: CTA scope for
- * the block's own bulk copies, cluster scope for the values other blocks
- * stored. */
-static __device__ __forceinline__ void xg_bar_wait(unsigned bar, unsigned parity) {
-  unsigned ok;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!ok);
-}
-static __device__ __forceinline__ void xg_bar_wait_cluster(unsigned bar, unsigned parity) {
-  unsigned ok;
-  do {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(ok)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!ok);
-}
-
-/* `bytes` (a multiple of 16, 16-byte aligned ends) from global memory into
- * this block's shared memory, counted on bar. */
-static __device__ __forceinline__ void xg_bulk_load(unsigned dst, const void *src, unsigned bytes,
-                                                    unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(dst),
-      "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(bar)
-      : "memory");
-}
-
-/* Two doubles into another block's shared memory (dst 16-byte aligned),
- * counted as 16 bytes on that block's mbarrier bar. */
-static __device__ __forceinline__ void xg_store_remote(unsigned dst, double a, double b,
-                                                       unsigned bar) {
-  asm volatile(
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f64 [%0], {%1, %2}, [%3];" ::"r"(
-          dst),
-      "d"(a), "d"(b), "r"(bar)
-      : "memory");
-}
-
-/* Orders this thread's earlier generic-proxy writes to shared memory before
- * later bulk copies into the same bytes. */
-static __device__ __forceinline__ void xg_fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 
 static __device__ __forceinline__ float xg_shfl(float v, int off) {
   return __shfl_xor_sync(XG_FULL_MASK, v, off);
@@ -310,7 +224,7 @@ static __device__ __forceinline__ xg_stat xg_local(T *cs, T *ct, int n, xg_two<T
     bk_st16(cs + i * VEC, a);
     bk_st16(ct + i * VEC, b);
   }
-  xg_fence_proxy_async();
+  cx_fence_proxy_async();
   const xg_two<double> s = xg_block_sum<XG_WARPS>(xg_two<double>{sS, sT}, shs);
   return xg_stat{(double)m.a, s.a, (double)m.b, s.b};
 }
@@ -326,13 +240,13 @@ static __device__ __forceinline__ void xg_send(const xg_stat &st, double (*slot)
                                                unsigned long long *bar, int rank, int C) {
   const int tid = (int)threadIdx.x;
   if (tid < C) {
-    const unsigned dst0 = xg_mapa(xg_smem(&slot[rank][0]), (unsigned)tid);
-    const unsigned dst1 = xg_mapa(xg_smem(&slot[rank][2]), (unsigned)tid);
-    const unsigned rbar = xg_mapa(xg_smem(bar), (unsigned)tid);
-    xg_store_remote(dst0, st.mS, st.sS, rbar);
-    xg_store_remote(dst1, st.mT, st.sT, rbar);
+    const unsigned dst0 = cx_mapa(cx_smem(&slot[rank][0]), (unsigned)tid);
+    const unsigned dst1 = cx_mapa(cx_smem(&slot[rank][2]), (unsigned)tid);
+    const unsigned rbar = cx_mapa(cx_smem(bar), (unsigned)tid);
+    cx_store_remote(dst0, st.mS, st.sS, rbar);
+    cx_store_remote(dst1, st.mT, st.sT, rbar);
   }
-  if (tid == 0) xg_bar_expect(xg_smem(bar), (unsigned)C * 32u);
+  if (tid == 0) cx_bar_expect(cx_smem(bar), (unsigned)C * 32u);
 }
 
 /* xe_exp with the shared-memory table: the same bits. */
@@ -416,14 +330,14 @@ template <typename T>
 static __device__ __forceinline__ void xg_issue(const T *S, const T *Tt, T *stage, int64_t base,
                                                 int n, int sl, unsigned long long *bar) {
   constexpr int VEC = 16 / (int)sizeof(T);
-  const unsigned b = xg_smem(bar);
+  const unsigned b = cx_smem(bar);
   if (n > 0) {
     const unsigned bytes = (unsigned)n * 16u;
-    xg_bar_expect(b, 2u * bytes);
-    xg_bulk_load(xg_smem(stage), S + base, bytes, b);
-    xg_bulk_load(xg_smem(stage + (int64_t)sl * VEC), Tt + base, bytes, b);
+    cx_bar_expect(b, 2u * bytes);
+    cx_bulk_load(cx_smem(stage), S + base, bytes, b);
+    cx_bulk_load(cx_smem(stage + (int64_t)sl * VEC), Tt + base, bytes, b);
   } else {
-    xg_bar_arrive(b);
+    cx_bar_arrive(b);
   }
 }
 
@@ -465,10 +379,10 @@ template <int NST>
 static __device__ __forceinline__ void xg_init_bars(unsigned long long *lbar,
                                                     unsigned long long *xbar) {
   if (threadIdx.x == 0) {
-    for (int s = 0; s < NST; ++s) xg_bar_init(xg_smem(&lbar[s]), 1);
-    xg_bar_init(xg_smem(&xbar[0]), 1);
-    xg_bar_init(xg_smem(&xbar[1]), 1);
-    xg_bar_init_fence();
+    for (int s = 0; s < NST; ++s) cx_bar_init(cx_smem(&lbar[s]), 1);
+    cx_bar_init(cx_smem(&xbar[0]), 1);
+    cx_bar_init(cx_smem(&xbar[1]), 1);
+    cx_bar_init_fence();
   }
 }
 
@@ -491,7 +405,7 @@ template <typename T, int NST> struct xg_ring {
 
   __device__ __forceinline__ T *stage(int64_t j) const { return base + (j % NST) * elems; }
   __device__ __forceinline__ void wait(int64_t j) const {
-    xg_bar_wait(xg_smem(&lbar[j % NST]), (unsigned)((j / NST) & 1));
+    cx_bar_wait(cx_smem(&lbar[j % NST]), (unsigned)((j / NST) & 1));
   }
   __device__ __forceinline__ void start(const cg::cluster_group &cluster,
                                         unsigned long long *xbar) const {
@@ -544,7 +458,7 @@ static __global__ void __launch_bounds__(XG_THREADS, XG_MIN_BLOCKS)
     const xg_stat st = xg_local(cs, ct, n, shm, shs);
     const int p = (int)(j & 1);
     xg_send(st, slot[p], &xbar[p], rank, C);
-    xg_bar_wait_cluster(xg_smem(&xbar[p]), (unsigned)((j >> 1) & 1));
+    cx_bar_wait_cluster(cx_smem(&xbar[p]), (unsigned)((j >> 1) & 1));
     const xg_two<double> f = xg_fold<false>(slot[p], rank, C, inv_rows, nullptr);
     xg_output(cs, ct, n, y + pl.base(j), f);
     /* Every thread is done with the stage before it takes row j+NST. */
@@ -686,7 +600,7 @@ static __global__ void __launch_bounds__(THREADS, MINB)
     const int p = (int)(j & 1);
     xg_send(xg_stat{m.a, s.a, m.b, s.b}, slot[p], &xbar[p], rank, C);
     if (tid < 32) {
-      xg_bar_wait_cluster(xg_smem(&xbar[p]), (unsigned)((j >> 1) & 1));
+      cx_bar_wait_cluster(cx_smem(&xbar[p]), (unsigned)((j >> 1) & 1));
       const xg_two<double> f = xg_fold<true>(slot[p], rank, C, inv_rows, tab);
       if (tid == 0) fac = f;
     }
