@@ -681,7 +681,8 @@ BK_API BK_NODISCARD bk_status bk_rows_gather(bk_context *ctx, const bk_buffer *m
  * values is (k, cols). Deterministic (no atomics); each step rounds to the
  * dtype. rows == 0 or cols == 0 gives an empty result; k == 0 (indices may
  * then be NULL) gives a copy of mat. On CUDA the update schedule is built on
- * the host in O(k) time and memory. */
+ * the host in O(k) time and memory: a counter per row when rows is at most
+ * 4 * (in-range updates) + 65536, a stable radix sort otherwise. */
 BK_API BK_NODISCARD bk_status bk_rows_scatter_add(bk_context *ctx, const bk_buffer *mat,
                                                   const bk_buffer *values, int64_t rows,
                                                   int64_t cols, const uint64_t *indices,
