@@ -284,16 +284,37 @@ static const shape gpu_shapes[] = {
     {10007, 2052, 0, 1e-5},
 };
 
+/* CUDA only: wide rows whose statistics the blocks of a cluster exchange
+ * (rows over 4096 16-byte vectors, rows*C >= 2*SMs; on a 132-SM device).
+ * 600 x 16388: float32 C = 2 with shares of 2049 and 2048 vectors (thread
+ * 0 holds one vector more), about five rows a cluster, so the stage and
+ * both exchange parities cycle; float64 C = 4, about ten rows a cluster.
+ * 40 x 65540 (large mean): float32 C = 8, float64 C = 16, last shares a
+ * few vectors short, two or three rows a cluster. 20 x 262144: float32
+ * C = 16 with full 4096-vector shares, float64 the 512-thread kernel with
+ * full 8192-vector shares, two or three rows a cluster (few rows); 18 x
+ * 262140 the same with a short last share. 140 x 32768: float32 C = 2,
+ * float64 C = 4, full shares. */
+static const shape gpu_wide_shapes[] = {
+    {600, 16388, 0, 1e-5}, {40, 65540, 1e3, 1e-5},  {20, 262144, 0, 1e-5},
+    {18, 262140, 0, 1e-5}, {140, 32768, 0, 1e-5},
+};
+
 static void gpu_cases(void) {
   if (tl_dev.kind != BK_DEVICE_CUDA) return;
   for (size_t s = 0; s < sizeof gpu_shapes / sizeof gpu_shapes[0]; s++)
     random_case(BK_F32, &gpu_shapes[s], 900 + s);
+  for (int d = 0; d < TL_DTYPES; d++)
+    for (size_t s = 0; s < sizeof gpu_wide_shapes / sizeof gpu_wide_shapes[0]; s++)
+      random_case(tl_dtypes[d], &gpu_wide_shapes[s], 950 + s);
 }
 
-/* Wide rows holding NaN (row 0, in a late slice) or +inf (row 2) give NaN
- * statistics and outputs for that row only; row 1 is unaffected. */
-static void wide_nonfinite(void) {
-  const int64_t rows = 3, cols = 16384, n = rows * cols;
+/* Wide rows (rows, cols) holding NaN (at nan_at), +inf (at inf_at) or
+ * -inf (at ninf_at, unless negative) give NaN statistics and outputs for
+ * those rows only; the other rows are unaffected. */
+static void wide_nonfinite_case(int64_t rows, int64_t cols, int64_t nan_at, int64_t inf_at,
+                                int64_t ninf_at) {
+  const int64_t n = rows * cols;
   double *x = tl_xmalloc((size_t)n * sizeof *x), *gamma = tl_xmalloc((size_t)cols * sizeof *gamma);
   double *beta = tl_xmalloc((size_t)cols * sizeof *beta);
   double *rout = tl_xmalloc((size_t)n * sizeof *rout), *rn = tl_xmalloc((size_t)n * sizeof *rn);
@@ -304,8 +325,9 @@ static void wide_nonfinite(void) {
     tl_fill_randn(x, n);
     tl_fill_uniform(gamma, cols, 0.5, 1.5);
     tl_fill_uniform(beta, cols, -0.5, 0.5);
-    x[12345] = NAN;
-    x[2 * cols + 100] = INFINITY;
+    x[nan_at] = NAN;
+    x[inf_at] = INFINITY;
+    if (ninf_at >= 0) x[ninf_at] = -INFINITY;
     tl_round(dt, x, n);
     tl_round(dt, gamma, cols);
     tl_round(dt, beta, cols);
@@ -327,6 +349,15 @@ static void wide_nonfinite(void) {
   free(rout);
   free(rn);
   free(rs);
+}
+
+/* NaN in row 0 (in a late slice) and +inf in row 2 of 3 x 16384; on CUDA
+ * also rows exchanging their statistics across a cluster (300 x 16388:
+ * NaN in row 0's last share, +inf in row 2, -inf in row 5). */
+static void wide_nonfinite(void) {
+  wide_nonfinite_case(3, 16384, 12345, 2 * 16384 + 100, -1);
+  if (tl_dev.kind == BK_DEVICE_CUDA)
+    wide_nonfinite_case(300, 16388, 16388 - 5, 2 * 16388 + 100, 5 * 16388 + 9000);
 }
 
 /* ---- finite differences (float64) ----------------------------------------------------------- */

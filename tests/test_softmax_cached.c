@@ -4,7 +4,11 @@
  * row cache (rowcache.cu): a block per row for float64 and masked rows, a
  * thread-block cluster per row for wide rows and for few rows, slices with
  * partial tails, and the shapes it declines (odd widths, narrow float32
- * rows). On the CPU the same shapes run through the reference backend.
+ * rows); and the wide-row shapes of the register-share cluster kernel
+ * (rcx_softmax_kernel): every cluster size of each
+ * of its configurations, partial last shares, several rows per cluster,
+ * and IEEE rows mixed with ordinary ones. On the CPU the same shapes run
+ * through the reference backend.
  */
 #include "testlib.h"
 
@@ -38,13 +42,15 @@ static void rows_ref(const double *x, const double *mask, double *ref, int64_t r
       if (isnan(xr[j])) nan = 1;
       if (xr[j] > m) m = xr[j];
     }
-    for (int64_t j = 0; j < cols; j++)
-      if (!mr || mr[j] != 0) s += exp(xr[j] - m);
+    for (int64_t j = 0; j < cols; j++) {
+      o[j] = !mr || mr[j] != 0 ? exp(xr[j] - m) : 0;
+      s += o[j];
+    }
     for (int64_t j = 0; j < cols; j++) {
       if (mr && !(mr[j] != 0))
         o[j] = 0;
       else
-        o[j] = (nan || isinf(m)) ? NAN : exp(xr[j] - m) / s;
+        o[j] = (nan || isinf(m)) ? NAN : o[j] / s;
     }
     if (!any)
       for (int64_t j = 0; j < cols; j++) o[j] = 0;
@@ -72,7 +78,8 @@ static const struct {
     {300, 2050},  /* float64: 1025 vectors, a partial last warp */
     {5, 8192},    /* few rows: float64 clusters of 4 */
     {3, 20000},   /* wide float32 rows, few: clusters of 4 (float64: 8) */
-    {270, 16388}, /* float32 just past the register path: clusters of 2 */
+    {270, 16388}, /* float32 just past the register path: register shares, f32
+                     C = 2, f64 C = 4, masked 4 / 8 */
     {2, 262144},  /* 1 MB float32 rows: clusters of 16 (or 8) */
     {1, 524288},  /* 2 MB float32 row: 16 slices of 128 KB */
     {2, 20001},   /* odd width: declined, register path */
@@ -251,11 +258,160 @@ static void cached_masked_ieee(void) {
   }
 }
 
+/* Wide rows for the register-share cluster kernel, whose policy takes a
+ * row wider than 64 KB when rows*C reaches twice the multiprocessor count
+ * (264 on a 132-SM H200) and gives clusters several rows when there are
+ * rows to spare. Shares hold at most 4096 16-byte vectors (plain, 256
+ * threads), 8192 (plain, 512 threads, rows over 1 MB), 2048 (masked, 256
+ * threads), 4096 (masked, 512 threads, rows over 512 KB) or 8192
+ * (masked, x and mask staged in turn, rows over 1 MB);
+ * each width is 4 columns past a power of two, so that C doubles once more
+ * and the last share is partial, and a share of 2049 (4097) vectors leaves
+ * one vector for thread 0 in the last register slot. (The 270 x 16388
+ * shape above gives f32 C = 2, f64 C = 4, masked f32 C = 4, masked f64
+ * C = 8, with several rows per cluster.)
+ *   40 x 65540:  f32 C = 8 (last share 2042 vectors), f64 C = 16 (2035);
+ *                masked f32 C = 16 (1010), masked f64 on 512 threads, C = 16
+ *   17 x 131076: f32 C = 16 (2034), f64 on 512 threads (C = 16, 4083);
+ *                masked f32 on 512 threads (C = 16), masked f64 (1 MB + 32
+ *                bytes) staged in turn
+ *   17 x 262148: f32 on 512 threads (C = 16, 4082), masked f32 staged in
+ *                turn (64 allowed bits a thread); f64
+ *                (2 MB + 32 bytes) declined
+ * Rows are of eight kinds (r % 8), so every cluster meets special rows. */
+static const struct {
+  int64_t rows, cols;
+} wide[] = {{40, 65540}, {17, 131076}, {17, 262148}};
+
+/* Plain rows: 0 random with a tie at the maximum in the first and the last
+ * share, 1 a NaN as the last entry, 2 +inf first, 3 two +inf, 4 only -inf,
+ * 5 -inf every third entry, 6 only NaN, 7 scores down to -800 (most
+ * exponentials underflow to 0). */
+static void wide_plain(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof wide / sizeof wide[0]; s++) {
+      const int64_t rows = wide[s].rows, cols = wide[s].cols, n = rows * cols;
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(900 + s);
+      for (int64_t r = 0; r < rows; r++) {
+        double *xr = x + r * cols;
+        const int kind = (int)(r % 8);
+        for (int64_t j = 0; j < cols; j++)
+          xr[j] = kind == 7 ? tl_uniform(-800, 0) : tl_uniform(-4, 4);
+        if (kind == 0) xr[1] = xr[cols - 2] = 9;
+        if (kind == 1) xr[cols - 1] = NAN;
+        if (kind == 2) xr[0] = INFINITY;
+        if (kind == 3) xr[1] = xr[cols - 2] = INFINITY;
+        for (int64_t j = 0; j < cols; j++) {
+          if (kind == 4 || (kind == 5 && j % 3 == 0)) xr[j] = -INFINITY;
+          if (kind == 6) xr[j] = NAN;
+        }
+      }
+      tl_round(dt, x, n);
+      rows_ref(x, NULL, ref, rows, cols);
+      bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
+      const int64_t dims[2] = {rows, cols};
+      if (TL_OK(bk_softmax(tl_ctx, b, dims, 2, 1, &y)) == BK_OK) {
+        TL_BUF_CLOSE(y, ref, n, row_tol(dt, cols), 1.0);
+        /* Run to run on the device (the CPU backend's determinism is
+         * tested with the shapes above). */
+        if (tl_dev.kind == BK_DEVICE_CUDA && TL_OK(bk_softmax(tl_ctx, b, dims, 2, 1, &y2)) == BK_OK)
+          TL_CHECK(tl_same_bits(y, y2), "%s (%" PRId64 ", %" PRId64 ") is not deterministic",
+                   tl_dtname(dt), rows, cols);
+      }
+      TL_UNCHANGED(b, x, n);
+      bk_buffer_release(y);
+      bk_buffer_release(y2);
+      bk_buffer_release(b);
+      free(x);
+      free(ref);
+    }
+  }
+}
+
+/* Masked rows: 0 nothing allowed (mask of +0 and -0), 1 an allowed NaN,
+ * 2 an allowed +inf as the last entry, 3 only -inf allowed, 4 blocked NaN
+ * and +inf beside finite allowed entries (mask values of mixed sign, NaN
+ * allowed), 5 one allowed entry in the last share (exactly 1), 6 allowed
+ * only in the first 40 entries (the other CTAs of the cluster have none),
+ * 7 nine in ten allowed with scores down to -800. Other rows keep half. */
+static void wide_masked(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof wide / sizeof wide[0]; s++) {
+      const int64_t rows = wide[s].rows, cols = wide[s].cols, n = rows * cols;
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *mk = tl_xmalloc((size_t)n * sizeof *mk);
+      double *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(1000 + s);
+      for (int64_t r = 0; r < rows; r++) {
+        double *xr = x + r * cols, *mr = mk + r * cols;
+        const int kind = (int)(r % 8);
+        for (int64_t j = 0; j < cols; j++) {
+          const double u = tl_uniform(0, 1);
+          xr[j] = kind == 7 ? -800 * u : 8 * u - 4;
+          switch (kind) {
+          case 0: mr[j] = (j & 1) ? -0.0 : 0.0; break;
+          case 4: mr[j] = j % 3 == 0 ? 0.0 : (j % 3 == 1 ? -1.5 : NAN); break;
+          case 5: mr[j] = j == cols - 3 ? 2.0 : 0.0; break;
+          case 6: mr[j] = j < 40 ? 1.0 : 0.0; break;
+          case 7: mr[j] = (j * 7) % 10 != 3 ? 1.0 : 0.0; break;
+          default: mr[j] = tl_uniform(0, 1) < 0.5 ? 1.0 : 0.0; break;
+          }
+          if (kind == 3 && mr[j] != 0) xr[j] = -INFINITY;
+          if (kind == 4 && mr[j] == 0) xr[j] = (j / 3) % 2 ? NAN : INFINITY;
+        }
+        if (kind == 1) {
+          xr[cols / 2] = NAN;
+          mr[cols / 2] = 1;
+        }
+        if (kind == 2) {
+          xr[cols - 1] = INFINITY;
+          mr[cols - 1] = 1;
+        }
+      }
+      tl_round(dt, x, n);
+      rows_ref(x, mk, ref, rows, cols);
+      bk_buffer *b = tl_buf(dt, x, n), *m = tl_buf(dt, mk, n), *y = NULL, *y2 = NULL;
+      if (TL_OK(bk_rows_masked_softmax(tl_ctx, b, m, rows, cols, &y)) == BK_OK) {
+        double *g = tl_read(y);
+        TL_CLOSE(g, ref, n, row_tol(dt, cols), 1.0);
+        int64_t bad = -1;
+        for (int64_t i = 0; i < n && bad < 0; i++)
+          if (!(mk[i] != 0) && (g[i] != 0 || signbit(g[i]))) bad = i;
+        TL_CHECK(bad < 0, "blocked entry %" PRId64 " is %g, not +0", bad, bad < 0 ? 0.0 : g[bad]);
+        bad = -1;
+        for (int64_t r = 5; r < rows && bad < 0; r += 8)
+          if (g[r * cols + cols - 3] != 1.0) bad = r;
+        TL_CHECK(bad < 0, "row %" PRId64 ": a single allowed entry gives %.17g, not 1", bad,
+                 bad < 0 ? 1.0 : g[bad * cols + cols - 3]);
+        free(g);
+        if (tl_dev.kind == BK_DEVICE_CUDA &&
+            TL_OK(bk_rows_masked_softmax(tl_ctx, b, m, rows, cols, &y2)) == BK_OK)
+          TL_CHECK(tl_same_bits(y, y2),
+                   "masked %s (%" PRId64 ", %" PRId64 ") is not deterministic", tl_dtname(dt),
+                   rows, cols);
+      }
+      TL_UNCHANGED(b, x, n);
+      TL_UNCHANGED(m, mk, n);
+      bk_buffer_release(y);
+      bk_buffer_release(y2);
+      bk_buffer_release(m);
+      bk_buffer_release(b);
+      free(x);
+      free(mk);
+      free(ref);
+    }
+  }
+}
+
 int main(void) {
   if (!tl_init()) return 0;
   TL_RUN(cached_plain);
   TL_RUN(cached_plain_ieee);
   TL_RUN(cached_masked);
   TL_RUN(cached_masked_ieee);
+  TL_RUN(wide_plain);
+  TL_RUN(wide_masked);
   return tl_finish();
 }

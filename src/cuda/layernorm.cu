@@ -18,7 +18,10 @@
  * are instead copied once into shared memory with cp.async, a block per row
  * or a thread-block cluster per row with each CTA caching a slice; the same
  * statistics, with the CTAs' sums folded in rank order through distributed
- * shared memory. Otherwise few long rows are split into chunks:
+ * shared memory. Rows of more than 4096 such vectors may instead take
+ * persistent clusters that hold the row in registers, stage the next row
+ * with bulk copies and exchange the statistics through mbarriers
+ * (ln_fwd_xchg_kernel). Otherwise few long rows are split into chunks:
  * each chunk's (count, mean, M2) by its own corrected two passes, merged per
  * row in chunk order with Chan's formula.
  *
@@ -41,6 +44,7 @@
  * partials use compensated (Kahan) summation, float64 plain sums; every
  * order is fixed, so results are bitwise reproducible.
  */
+#include "cluster_xchg.cuh"
 #include "cuda_internal.h"
 #include "rowcache.cuh"
 
@@ -549,6 +553,274 @@ static __global__ void __launch_bounds__(LN_WIDE_THREADS, 4)
   }
   /* No CTA may leave while another can still read its cl_da / cl_db. */
   if constexpr (CL) cg::this_cluster().sync();
+}
+
+/*
+ * Wide rows with their statistics exchanged between the blocks of a cluster
+ * (16-byte access, rows of more than one block's share): persistent
+ * clusters of C blocks visit rows cid, cid + ncl, ... (ncl clusters); the
+ * block of rank k owns the vectors [k*sl, min(nv, (k+1)*sl)) of every row it
+ * visits, and thread t holds the vectors t + m*THREADS (m < KREG) of that
+ * share in registers from the first pass to the output.
+ *  - One shared-memory stage per block: thread 0 copies the share of the
+ *    block's next row into it with one bulk copy (cp.async.bulk, counted in
+ *    bytes on the stage mbarrier, phase j for the block's j-th row) right
+ *    after the first block barrier of the current row, when every thread
+ *    has moved its share into registers; so the next row's loads are in
+ *    flight during this row's sums, exchanges and stores.
+ *  - The statistics are ln_fwd_rows_kernel's: pass 1 float64 sum -> mu0,
+ *    pass 2 float64 sums of d = x - mu0 and d*d, mu, var and rstd by the
+ *    same formulas; each block sum is the threads' sums folded by warp
+ *    butterflies and then in warp order, and the cluster sum folds the
+ *    blocks' sums left to right in rank order, so every block of the
+ *    cluster gets the same bits.
+ *  - Two exchanges per row, e = 0 (the block sum, padded to 16 bytes) and
+ *    e = 1 (the deviations' sums): thread k < C stores the block's values
+ *    into slot[e][rank] of block k with st.async, counted on block k's
+ *    xbar[e]; thread 0 arrives on its own xbar[e] expecting C*16 bytes (the
+ *    arrival and the bytes may come in any order within the phase). Phase j
+ *    of xbar[e] is the block's j-th row, waited for with parity j & 1 by
+ *    warp 0 alone (cluster-scope acquire), which folds and hands the result
+ *    to the other warps through shared memory and a block barrier. No
+ *    cluster barrier sits in the row loop (it would wait for the block's
+ *    outstanding stores): one after the mbarrier initialization, one at the
+ *    end so that no block leaves while a peer may still store into it.
+ *  - Slot reuse: a block sends its row j+1 values of exchange e only after
+ *    it has received every block's values of the exchange before (exchange
+ *    1 of row j for e = 0, exchange 0 of row j+1 for e = 1), and each block
+ *    sent those only after its warp 0 had waited for phase j of xbar[e] and
+ *    read its row j slots of exchange e (a block barrier orders the reads
+ *    before the send, and the send's complete_tx releases them to the
+ *    receiver's acquire). So the next values of a slot arrive only after
+ *    its previous values were read and the phase of its mbarrier for the
+ *    previous row completed.
+ * Every block of a cluster runs the same rows, hence the same barriers and
+ * exchanges; a block with an empty share runs them with no vectors.
+ */
+static constexpr int LN_XC_MAX_CLUSTER = 16;
+
+/* Thread 0: queues the bulk copy of n vectors at src into the stage,
+ * counted on bar; an empty share only arrives, so the phase completes all
+ * the same. */
+template <typename T>
+static __device__ __forceinline__ void ln_xc_issue(const T *src, T *stage, int n,
+                                                   unsigned long long *bar) {
+  const unsigned b = cx_smem(bar);
+  if (n > 0) {
+    cx_bar_expect(b, (unsigned)n * 16u);
+    cx_bulk_load(cx_smem(stage), src, (unsigned)n * 16u, b);
+  } else {
+    cx_bar_arrive(b);
+  }
+}
+
+/* Threads k < C store (a, b) into slot[rank] of block k, counted on block
+ * k's bar; thread 0 arrives on its own bar expecting C*16 bytes. */
+static __device__ __forceinline__ void ln_xc_send(double a, double b, double2 *slot,
+                                                  unsigned long long *bar, int rank, int C) {
+  const int tid = (int)threadIdx.x;
+  if (tid < C) {
+    const unsigned dst = cx_mapa(cx_smem(&slot[rank]), (unsigned)tid);
+    const unsigned rbar = cx_mapa(cx_smem(bar), (unsigned)tid);
+    cx_store_remote(dst, a, b, rbar);
+  }
+  if (tid == 0) cx_bar_expect(cx_smem(bar), (unsigned)C * 16u);
+}
+
+/* Warp 0 (every lane): waits for the phase of the given parity of bar and
+ * folds the C blocks' (x, y) left to right in rank order (every lane
+ * shuffles LN_XC_MAX_CLUSTER values; those past C are not added). */
+static __device__ __forceinline__ ln_pair ln_xc_fold(const double2 *slot,
+                                                     unsigned long long *bar, unsigned parity,
+                                                     int C) {
+  const int lane = (int)(threadIdx.x & 31);
+  cx_bar_wait_cluster(cx_smem(bar), parity);
+  const double2 mine = lane < C ? slot[lane] : make_double2(0.0, 0.0);
+  ln_pair v{__shfl_sync(LN_FULL_MASK, mine.x, 0), __shfl_sync(LN_FULL_MASK, mine.y, 0)};
+#pragma unroll
+  for (int k = 1; k < LN_XC_MAX_CLUSTER; ++k) {
+    const double a = __shfl_sync(LN_FULL_MASK, mine.x, k);
+    const double b = __shfl_sync(LN_FULL_MASK, mine.y, k);
+    if (k < C) {
+      v.a += a;
+      v.b += b;
+    }
+  }
+  return v;
+}
+
+/* p, opaque to the compiler: it keeps one register pair for the pointer and
+ * reaches the vectors of a share as constant offsets from it, instead of
+ * rebuilding the address in every predicated access (which had the
+ * registers spill). */
+template <typename P> static __device__ __forceinline__ P *ln_opaque(P *p) {
+  asm volatile("" : "+l"(p));
+  return p;
+}
+
+template <typename T, int THREADS, int KREG, int MINB>
+static __global__ void __launch_bounds__(THREADS, MINB)
+    ln_fwd_xchg_kernel(const T *__restrict__ x, const T *__restrict__ gamma,
+                       const T *__restrict__ beta, T *__restrict__ out, T *__restrict__ nrm,
+                       T *__restrict__ inv_std, int64_t rows, int64_t cols, int sl,
+                       double eps) {
+  constexpr int VEC = ln_traits<T>::vec;
+  constexpr int WARPS = THREADS / 32;
+  constexpr int KB = 4; /* vectors per batch of gamma and beta loads in the output */
+  static_assert(KREG % KB == 0, "whole batches");
+  extern __shared__ __align__(16) unsigned char ln_xdyn[];
+  __shared__ __align__(16) double2 slot[2][LN_XC_MAX_CLUSTER]; /* [exchange][rank] */
+  __shared__ __align__(8) unsigned long long lbar;             /* stage filled */
+  __shared__ __align__(8) unsigned long long xbar[2];          /* exchange e received */
+  __shared__ double shs[WARPS];                                /* warp sums, pass 1 */
+  __shared__ ln_pair shd[WARPS];                               /* warp sums, pass 2 */
+  __shared__ double bmu0;                                      /* the row's mu0 */
+  __shared__ ln_pair bstat;                                    /* the row's mu, rstd */
+
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int C = (int)cluster.num_blocks(), rank = (int)cluster.block_rank();
+  const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t nvec = cols / VEC;
+  const int64_t q0 = (int64_t)rank * sl;
+  const int n = q0 < nvec ? (int)(nvec - q0 < sl ? nvec - q0 : sl) : 0; /* vectors of the share */
+  /* Thread tid holds the share's vectors tid + m*THREADS for m*THREADS < rem;
+   * every address below is a per-thread base plus the constant m*THREADS*VEC. */
+  const int rem = n - tid;
+  const int64_t cid = (int64_t)(blockIdx.x / (unsigned)C);
+  const int64_t ncl = (int64_t)(gridDim.x / (unsigned)C);
+  const int64_t nrow = (rows - cid + ncl - 1) / ncl; /* rows cid, cid + ncl, ... */
+  T *const stage = reinterpret_cast<T *>(ln_xdyn);  /* (n * VEC) */
+  const T *const st = stage + tid * VEC;
+  const T *const gt = ln_opaque(gamma + (q0 + tid) * VEC);
+  const T *const bt = ln_opaque(beta + (q0 + tid) * VEC);
+  const double dcols = (double)cols;
+
+  if (tid == 0) {
+    cx_bar_init(cx_smem(&lbar), 1);
+    cx_bar_init(cx_smem(&xbar[0]), 1);
+    cx_bar_init(cx_smem(&xbar[1]), 1);
+    cx_bar_init_fence();
+  }
+  /* Every block's mbarriers are initialized before anyone stores into them. */
+  cluster.sync();
+  if (tid == 0 && nrow > 0) ln_xc_issue(x + cid * cols + q0 * VEC, stage, n, &lbar);
+
+  for (int64_t j = 0; j < nrow; ++j) {
+    const int64_t r = cid + j * ncl;
+    const unsigned par = (unsigned)(j & 1);
+    cx_bar_wait(cx_smem(&lbar), par);
+    T v[KREG][VEC];
+#pragma unroll
+    for (int m = 0; m < KREG; ++m) {
+      if (m * THREADS < rem) {
+        bk_vload<VEC>(st + m * THREADS * VEC, v[m]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) v[m][e] = (T)0;
+      }
+    }
+
+    /* Pass 1: float64 sum. */
+    double s = 0.0;
+#pragma unroll
+    for (int m = 0; m < KREG; ++m)
+      if (m * THREADS < rem) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s += (double)v[m][e];
+      }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += ln_shfl(s, off);
+    if (lane == 0) shs[warp] = s;
+    __syncthreads();
+    /* The share is in registers: the stage takes the next row. */
+    if (tid == 0 && j + 1 < nrow) ln_xc_issue(x + (r + ncl) * cols + q0 * VEC, stage, n, &lbar);
+    double bs = 0.0;
+    if (tid < C) {
+      bs = shs[0];
+#pragma unroll
+      for (int w = 1; w < WARPS; ++w) bs += shs[w];
+    }
+    ln_xc_send(bs, 0.0, slot[0], &xbar[0], rank, C);
+    if (warp == 0) {
+      const ln_pair f = ln_xc_fold(slot[0], &xbar[0], par, C);
+      if (lane == 0) bmu0 = f.a / dcols;
+    }
+    __syncthreads();
+    const double mu0 = bmu0;
+
+    /* Pass 2: deviations from the first mean and their squares. */
+    ln_pair dm{0.0, 0.0};
+#pragma unroll
+    for (int m = 0; m < KREG; ++m)
+      if (m * THREADS < rem) {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) {
+          const double d = (double)v[m][e] - mu0;
+          dm.a += d;
+          dm.b = fma(d, d, dm.b);
+        }
+      }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) dm = ln_add(dm, ln_shfl(dm, off));
+    if (lane == 0) shd[warp] = dm;
+    __syncthreads();
+    ln_pair bd{0.0, 0.0};
+    if (tid < C) {
+      bd = shd[0];
+#pragma unroll
+      for (int w = 1; w < WARPS; ++w) bd = ln_add(bd, shd[w]);
+    }
+    ln_xc_send(bd.a, bd.b, slot[1], &xbar[1], rank, C);
+    if (warp == 0) {
+      const ln_pair f = ln_xc_fold(slot[1], &xbar[1], par, C);
+      if (lane == 0) {
+        const double mu = mu0 + f.a / dcols;
+        const double var = ln_clamp0(f.b - f.a * (f.a / dcols)) / dcols;
+        const double rstd_d = 1.0 / sqrt(var + eps);
+        bstat = ln_pair{mu, rstd_d};
+        if (rank == 0) inv_std[r] = (T)rstd_d;
+      }
+    }
+    __syncthreads();
+
+    /* Pass 3: normalized and out from the registers (ln_emit's formulas),
+     * gamma and beta loaded in batches of KB vectors. */
+    const ln_center<T> ctr(bstat.a);
+    const T rstd = (T)bstat.b;
+    const int64_t off = r * cols + (q0 + tid) * VEC;
+    T *const nt = ln_opaque(nrm + off), *const ot = ln_opaque(out + off);
+#pragma unroll
+    for (int m0 = 0; m0 < KREG; m0 += KB) {
+      T gm[KB][VEC], bb[KB][VEC];
+#pragma unroll
+      for (int k = 0; k < KB; ++k) {
+        const int o = (m0 + k) * THREADS * VEC;
+        if ((m0 + k) * THREADS < rem) {
+          bk_ld16(gt + o, gm[k]);
+          bk_ld16(bt + o, bb[k]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) gm[k][e] = bb[k][e] = (T)0;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < KB; ++k) {
+        const int o = (m0 + k) * THREADS * VEC;
+        if ((m0 + k) * THREADS < rem) {
+          T nz[VEC], oz[VEC];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            nz[e] = ctr(v[m0 + k][e]) * rstd;
+            oz[e] = fma(nz[e], gm[k][e], bb[k][e]);
+          }
+          bk_vstore_cs<VEC>(nt + o, nz);
+          bk_vstore_cs<VEC>(ot + o, oz);
+        }
+      }
+    }
+  }
+  /* No block leaves while a peer may still store into its slots. */
+  cluster.sync();
 }
 
 /* ---- kernels: backward ------------------------------------------------------------------- */
@@ -1335,6 +1607,96 @@ static bk_status ln_fwd_wide(bk_context *ctx, const char *fn, const T *x, const 
                                  done);
 }
 
+/* Defined with the backward launchers below. */
+template <typename K>
+static bool ln_smem_fit(K kernel, int bytes, int blocks, int device, bool snap);
+
+/* Rows a resident cluster of ln_fwd_xchg_kernel takes at most before the
+ * launch adds clusters that follow the first ones as they finish. */
+static const int64_t LN_XC_ROWS = 16;
+
+/*
+ * Queues ln_fwd_xchg_kernel<T, THREADS, KREG, MINB> in clusters of C
+ * blocks, shares of sl = ceil(nv / C) vectors (at most KREG*THREADS). The
+ * dynamic shared-memory limit is the kernel's fixed maximum (a stage of
+ * KREG*THREADS vectors) and the carveout asks for MINB such blocks per
+ * multiprocessor, leaving the rest to L1 (the same values every call).
+ * Clusters: A can be resident; the rows are cut into w = ceil(rows /
+ * (A*LN_XC_ROWS)) waves of k = ceil(rows / (w*A)) rows per cluster, so
+ * ceil(rows / k) clusters whose row counts differ by at most one. Leaves
+ * *done 0, with nothing queued and no error left behind, when the share
+ * does not fit, an attribute cannot be set, no cluster of C can be
+ * resident or the launch is refused.
+ */
+template <typename T, int THREADS, int KREG, int MINB>
+static bk_status ln_xchg_launch(bk_context *ctx, const char *fn, const T *x, const T *gamma,
+                                const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
+                                int64_t cols, double eps, int64_t C, int *done) {
+  constexpr int VEC = ln_traits<T>::vec;
+  constexpr int cap = KREG * THREADS;
+  auto kern = ln_fwd_xchg_kernel<T, THREADS, KREG, MINB>;
+  const int64_t sl = (cols / VEC + C - 1) / C;
+  if (sl > cap) return BK_OK;
+  if (!ln_smem_fit(kern, cap * 16, MINB, bk_cu(ctx)->device, true) ||
+      !rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)))
+    return BK_OK;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)C;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)C, 1, 1);
+  cfg.blockDim = dim3((unsigned)THREADS, 1, 1);
+  cfg.dynamicSmemBytes = (size_t)sl * 16;
+  cfg.stream = bk_stream(ctx);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int active = 0;
+  if (!rc_ok(cudaOccupancyMaxActiveClusters(&active, kern, &cfg)) || active < 1) return BK_OK;
+  const int64_t A = active;
+  const int64_t waves = (rows + A * LN_XC_ROWS - 1) / (A * LN_XC_ROWS);
+  const int64_t per = (rows + waves * A - 1) / (waves * A);
+  int64_t ncl = (rows + per - 1) / per;
+  if (ncl > (int64_t)INT32_MAX / C) ncl = (int64_t)INT32_MAX / C;
+  cfg.gridDim = dim3((unsigned)(ncl * C), 1, 1);
+  if (!rc_ok(cudaLaunchKernelEx(&cfg, kern, x, gamma, beta, out, nrm, inv_std, rows, cols,
+                                (int)sl, eps)))
+    return BK_OK;
+  *done = 1;
+  return bk__cuda_launched(fn, "ln_fwd_xchg_kernel");
+}
+
+/*
+ * Wide rows by ln_fwd_xchg_kernel (16-byte access): 256 threads holding
+ * shares of up to 4096 vectors (64 KB) in registers, two blocks per
+ * multiprocessor, C the smallest power of two (2..16) whose share fits;
+ * rows whose share at C = 16 is larger (float64 over 131072 columns) take
+ * 512 threads holding up to 8192 vectors (128 KB), one block per
+ * multiprocessor, C = 16. Served when C >= 2 (rows over 4096 vectors:
+ * float32 over 16384 columns, float64 over 8192) and rows*C >= 2*SMs;
+ * otherwise, or when that configuration cannot run here, *done stays 0
+ * and the caller takes the other paths.
+ */
+template <typename T>
+static bk_status ln_fwd_xchg(bk_context *ctx, const char *fn, const T *x, const T *gamma,
+                             const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
+                             int64_t cols, double eps, int *done) {
+  constexpr int VEC = ln_traits<T>::vec;
+  constexpr int64_t cap = 4096; /* vectors of the 256-thread kernel's share */
+  *done = 0;
+  const int64_t nvec = cols / VEC, sm = bk_cu(ctx)->sm_count;
+  if (rows < 1 || nvec <= cap) return BK_OK;
+  int64_t C = 2;
+  while (C < LN_XC_MAX_CLUSTER && (nvec + C - 1) / C > cap) C <<= 1;
+  if (rows * C < 2 * sm) return BK_OK;
+  if ((nvec + C - 1) / C <= cap)
+    return ln_xchg_launch<T, 256, 16, 2>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols,
+                                         eps, C, done);
+  return ln_xchg_launch<T, 512, 16, 1>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols,
+                                       eps, C, done);
+}
+
 template <typename T, int VEC>
 static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, const T *gamma,
                                    const T *beta, T *out, T *nrm, T *inv_std, int64_t rows,
@@ -1344,8 +1706,10 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
   if constexpr (VEC == ln_traits<T>::vec) {
     /* Wide rows with 16-byte access: read once through shared memory. */
     int done = 0;
-    const bk_status st =
-        ln_fwd_wide<T>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols, eps, &done);
+    bk_status st =
+        ln_fwd_xchg<T>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols, eps, &done);
+    if (st != BK_OK || done) return st;
+    st = ln_fwd_wide<T>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols, eps, &done);
     if (st != BK_OK || done) return st;
   }
   const int64_t nvec = cols / VEC;
