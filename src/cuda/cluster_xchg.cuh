@@ -17,6 +17,7 @@
 #ifndef BK_CUDA_CLUSTER_XCHG_CUH
 #define BK_CUDA_CLUSTER_XCHG_CUH
 
+#include <cuda_runtime.h>
 #include <stdint.h>
 
 static __device__ __forceinline__ unsigned cx_smem(const void *p) {
@@ -104,6 +105,42 @@ static __device__ __forceinline__ void cx_store_remote(unsigned dst, double a, d
  * later bulk copies into the same bytes. */
 static __device__ __forceinline__ void cx_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+
+/* ---- host side ---------------------------------------------------------------------- */
+
+/* The launch of one cluster of C blocks of `threads` threads and `smem`
+ * dynamic bytes each on `stream` (the caller widens gridDim to the whole
+ * grid, a multiple of C); attr[0], which must outlive the configuration,
+ * receives the cluster dimension. */
+static inline cudaLaunchConfig_t cx_cluster_config(cudaLaunchAttribute *attr, int64_t C,
+                                                   int threads, size_t smem,
+                                                   cudaStream_t stream) {
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = (unsigned)C;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)C, 1, 1);
+  cfg.blockDim = dim3((unsigned)threads, 1, 1);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+/* How many clusters of cfg can be resident at once: 0, with the error
+ * cleared, when none can or the query fails. */
+template <typename K>
+static inline int cx_active_clusters(K kern, const cudaLaunchConfig_t &cfg) {
+  int active = 0;
+  if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return active;
 }
 
 #endif

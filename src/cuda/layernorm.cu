@@ -1641,19 +1641,9 @@ static bk_status ln_xchg_launch(bk_context *ctx, const char *fn, const T *x, con
       !rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)))
     return BK_OK;
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)C;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)C, 1, 1);
-  cfg.blockDim = dim3((unsigned)THREADS, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)sl * 16;
-  cfg.stream = bk_stream(ctx);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int active = 0;
-  if (!rc_ok(cudaOccupancyMaxActiveClusters(&active, kern, &cfg)) || active < 1) return BK_OK;
+  cudaLaunchConfig_t cfg = cx_cluster_config(attr, C, THREADS, (size_t)sl * 16, bk_stream(ctx));
+  const int active = cx_active_clusters(kern, cfg);
+  if (active < 1) return BK_OK;
   const int64_t A = active;
   const int64_t waves = (rows + A * LN_XC_ROWS - 1) / (A * LN_XC_ROWS);
   const int64_t per = (rows + waves * A - 1) / (waves * A);

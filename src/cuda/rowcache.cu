@@ -710,19 +710,10 @@ static bk_status rcx_launch(bk_context *ctx, const char *fn, const T *x, const T
                                    (int)(pct < 100 ? pct : 100))); /* a hint only */
 
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)C;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)C, 1, 1);
-  cfg.blockDim = dim3((unsigned)THREADS, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)(ops * sl * 16);
-  cfg.stream = bk_stream(ctx);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int active = 0;
-  if (!rc_ok(cudaOccupancyMaxActiveClusters(&active, kern, &cfg)) || active < 1) return BK_OK;
+  cudaLaunchConfig_t cfg =
+      cx_cluster_config(attr, C, THREADS, (size_t)(ops * sl * 16), bk_stream(ctx));
+  const int active = cx_active_clusters(kern, cfg);
+  if (active < 1) return BK_OK;
   int64_t ncl = active;
   const int64_t fill = (RCX_FILL_PER_SM * sm + C - 1) / C;
   int64_t most = (rows + RCX_MIN_ROWS - 1) / RCX_MIN_ROWS;

@@ -12,6 +12,7 @@
 #ifndef BK_CUDA_ROWCACHE_CUH
 #define BK_CUDA_ROWCACHE_CUH
 
+#include "cluster_xchg.cuh"
 #include "cuda_internal.h"
 
 #include <cooperative_groups.h>
@@ -156,22 +157,11 @@ static bool rc_launch_rows(bk_context *ctx, void (*kern)(P...), int64_t rows, in
                            int threads, size_t smem, bool cluster, A... args) {
   const int64_t max_units = 0x7fffffff / csize;
   const int64_t units = rows < max_units ? rows : max_units;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(units * csize), 1, 1);
-  cfg.blockDim = dim3((unsigned)threads, 1, 1);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = bk_stream(ctx);
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)csize;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = cluster ? 1 : 0;
-  if (cluster) {
-    int active = 0;
-    if (!rc_ok(cudaOccupancyMaxActiveClusters(&active, kern, &cfg)) || active < 1) return false;
-  }
+  cudaLaunchConfig_t cfg = cx_cluster_config(attr, csize, threads, smem, bk_stream(ctx));
+  cfg.gridDim = dim3((unsigned)(units * csize), 1, 1);
+  if (!cluster) cfg.numAttrs = 0;
+  if (cluster && cx_active_clusters(kern, cfg) < 1) return false;
   return rc_ok(cudaLaunchKernelEx(&cfg, kern, args...));
 }
 

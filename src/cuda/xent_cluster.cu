@@ -648,22 +648,9 @@ static bool xg_cluster_launch(bk_context *ctx, K kern, int64_t C, int threads, i
                               int64_t short_rows, const T *S, const T *Tt, T *y, int64_t rows,
                               int64_t cols, int64_t sl) {
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = (unsigned)C;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)C, 1, 1);
-  cfg.blockDim = dim3((unsigned)threads, 1, 1);
-  cfg.dynamicSmemBytes = (size_t)smem;
-  cfg.stream = bk_stream(ctx);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  int active = 0;
-  if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess || active < 1) {
-    (void)cudaGetLastError(); /* this size cannot run here */
-    return false;
-  }
+  cudaLaunchConfig_t cfg = cx_cluster_config(attr, C, threads, (size_t)smem, bk_stream(ctx));
+  const int active = cx_active_clusters(kern, cfg);
+  if (active < 1) return false; /* this size cannot run here */
   const int64_t want = (rows + XG_MIN_ROWS - 1) / XG_MIN_ROWS;
   int64_t ncl = active;
   if (short_rows > 0 && (rows + short_rows - 1) / short_rows > ncl)
