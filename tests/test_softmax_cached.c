@@ -57,15 +57,65 @@ static void rows_ref(const double *x, const double *mask, double *ref, int64_t r
   }
 }
 
-/* Entries the reference puts at exactly 0 because they are blocked (or the
- * row has none allowed) must be +0, not -0. */
-static void check_plus_zero(const bk_buffer *y, const double *mask, int64_t n) {
-  double *g = tl_read(y);
-  int64_t bad = -1;
-  for (int64_t i = 0; i < n && bad < 0; i++)
-    if (!(mask[i] != 0) && (g[i] != 0 || signbit(g[i]))) bad = i;
-  TL_CHECK(bad < 0, "blocked entry %" PRId64 " is %g, not +0", bad, bad < 0 ? 0.0 : g[bad]);
-  free(g);
+/*
+ * Rounds x (rows, cols) to dt in place and checks bk_softmax along the last
+ * axis against the float64 reference; with twice, also that a second run
+ * (through the default context of the inputs' device) gives the same bits.
+ * x must be unchanged by either run.
+ */
+static void check_plain(bk_dtype dt, double *x, int64_t rows, int64_t cols, int twice) {
+  const int64_t n = rows * cols;
+  double *ref = tl_xmalloc((size_t)n * sizeof *ref);
+  tl_round(dt, x, n);
+  rows_ref(x, NULL, ref, rows, cols);
+  bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
+  const int64_t dims[2] = {rows, cols};
+  if (TL_OK(bk_softmax(tl_ctx, b, dims, 2, 1, &y)) == BK_OK) {
+    TL_BUF_CLOSE(y, ref, n, row_tol(dt, cols), 1.0);
+    if (twice && TL_OK(bk_softmax(NULL, b, dims, 2, 1, &y2)) == BK_OK)
+      TL_CHECK(tl_same_bits(y, y2), "%s (%" PRId64 ", %" PRId64 ") is not deterministic",
+               tl_dtname(dt), rows, cols);
+  }
+  TL_UNCHANGED(b, x, n);
+  bk_buffer_release(y);
+  bk_buffer_release(y2);
+  bk_buffer_release(b);
+  free(ref);
+}
+
+/*
+ * The same for bk_rows_masked_softmax with mask mk (rows, cols), plus:
+ * entries the reference puts at exactly 0 because they are blocked (or the
+ * row has none allowed) must be +0, not -0; x and mk unchanged. Returns the
+ * result read back for further checks (the caller frees it), or NULL when
+ * the call failed.
+ */
+static double *check_masked(bk_dtype dt, double *x, const double *mk, int64_t rows,
+                            int64_t cols, int twice) {
+  const int64_t n = rows * cols;
+  double *ref = tl_xmalloc((size_t)n * sizeof *ref), *g = NULL;
+  tl_round(dt, x, n);
+  rows_ref(x, mk, ref, rows, cols);
+  bk_buffer *b = tl_buf(dt, x, n), *m = tl_buf(dt, mk, n), *y = NULL, *y2 = NULL;
+  if (TL_OK(bk_rows_masked_softmax(tl_ctx, b, m, rows, cols, &y)) == BK_OK) {
+    g = tl_read(y);
+    TL_CLOSE(g, ref, n, row_tol(dt, cols), 1.0);
+    int64_t bad = -1;
+    for (int64_t i = 0; i < n && bad < 0; i++)
+      if (!(mk[i] != 0) && (g[i] != 0 || signbit(g[i]))) bad = i;
+    TL_CHECK(bad < 0, "blocked entry %" PRId64 " is %g, not +0", bad, bad < 0 ? 0.0 : g[bad]);
+    if (twice && TL_OK(bk_rows_masked_softmax(NULL, b, m, rows, cols, &y2)) == BK_OK)
+      TL_CHECK(tl_same_bits(y, y2), "masked %s (%" PRId64 ", %" PRId64 ") is not deterministic",
+               tl_dtname(dt), rows, cols);
+  }
+  TL_UNCHANGED(b, x, n);
+  TL_UNCHANGED(m, mk, n);
+  bk_buffer_release(y);
+  bk_buffer_release(y2);
+  bk_buffer_release(m);
+  bk_buffer_release(b);
+  free(ref);
+  return g;
 }
 
 /* Shapes: narrow and wide, many rows (a block per row) and few rows (a
@@ -97,29 +147,15 @@ static void cached_plain(void) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
       if (shapes[s].cols > widest()) continue;
       const int64_t rows = shapes[s].rows, cols = shapes[s].cols, n = rows * cols;
-      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      double *x = tl_xmalloc((size_t)n * sizeof *x);
       tl_seed(500 + s);
       for (int64_t i = 0; i < n; i++) x[i] = 4 * tl_randn();
       /* An exact tie at the maximum and a -inf inside a finite row. */
       x[cols - 1] = 40;
       x[cols / 2] = 40;
       x[n - 1] = -INFINITY;
-      tl_round(dt, x, n);
-      rows_ref(x, NULL, ref, rows, cols);
-      bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
-      const int64_t dims[2] = {rows, cols};
-      if (TL_OK(bk_softmax(tl_ctx, b, dims, 2, 1, &y)) == BK_OK) {
-        TL_BUF_CLOSE(y, ref, n, row_tol(dt, cols), 1.0);
-        if (TL_OK(bk_softmax(NULL, b, dims, 2, 1, &y2)) == BK_OK)
-          TL_CHECK(tl_same_bits(y, y2), "%s (%" PRId64 ", %" PRId64 ") is not deterministic",
-                   tl_dtname(dt), rows, cols);
-      }
-      TL_UNCHANGED(b, x, n);
-      bk_buffer_release(y);
-      bk_buffer_release(y2);
-      bk_buffer_release(b);
+      check_plain(dt, x, rows, cols, 1);
       free(x);
-      free(ref);
     }
   }
 }
@@ -134,7 +170,7 @@ static void cached_plain_ieee(void) {
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
       if (widths[w] > widest()) continue;
       const int64_t rows = 6, cols = widths[w], n = rows * cols;
-      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      double *x = tl_xmalloc((size_t)n * sizeof *x);
       tl_seed(600 + w);
       for (int64_t i = 0; i < n; i++) x[i] = tl_randn();
       x[0 * cols + cols / 3] = NAN;
@@ -143,15 +179,8 @@ static void cached_plain_ieee(void) {
       x[2 * cols + cols - 7] = INFINITY;
       for (int64_t j = 0; j < cols; j++) x[3 * cols + j] = -INFINITY;
       for (int64_t j = 0; j < cols; j += 3) x[4 * cols + j] = -INFINITY;
-      tl_round(dt, x, n);
-      rows_ref(x, NULL, ref, rows, cols);
-      bk_buffer *b = tl_buf(dt, x, n), *y = NULL;
-      if (TL_OK(bk_softmax(tl_ctx, b, (int64_t[]){rows, cols}, 2, 1, &y)) == BK_OK)
-        TL_BUF_CLOSE(y, ref, n, row_tol(dt, cols), 1.0);
-      bk_buffer_release(y);
-      bk_buffer_release(b);
+      check_plain(dt, x, rows, cols, 0);
       free(x);
-      free(ref);
     }
   }
 }
@@ -182,26 +211,9 @@ static void cached_masked(void) {
       x[1] = NAN;
       mk[1] = -0.0;
       mk[2] = NAN;
-      tl_round(dt, x, n);
-      rows_ref(x, mk, ref, rows, cols);
-      bk_buffer *b = tl_buf(dt, x, n), *m = tl_buf(dt, mk, n), *y = NULL, *y2 = NULL;
-      if (TL_OK(bk_rows_masked_softmax(tl_ctx, b, m, rows, cols, &y)) == BK_OK) {
-        TL_BUF_CLOSE(y, ref, n, row_tol(dt, cols), 1.0);
-        check_plus_zero(y, mk, n);
-        if (TL_OK(bk_rows_masked_softmax(NULL, b, m, rows, cols, &y2)) == BK_OK)
-          TL_CHECK(tl_same_bits(y, y2),
-                   "masked %s (%" PRId64 ", %" PRId64 ") is not deterministic", tl_dtname(dt),
-                   rows, cols);
-      }
-      TL_UNCHANGED(b, x, n);
-      TL_UNCHANGED(m, mk, n);
-      bk_buffer_release(y);
-      bk_buffer_release(y2);
-      bk_buffer_release(m);
-      bk_buffer_release(b);
+      free(check_masked(dt, x, mk, rows, cols, 1));
       free(x);
       free(mk);
-      free(ref);
     }
   }
 }
@@ -237,23 +249,13 @@ static void cached_masked_ieee(void) {
       mk[4 * cols + cols - 1] = 0;
       for (int64_t j = 0; j < cols; j++) mk[5 * cols + j] = j == cols / 2 ? 3.0 : 0.0;
       for (int64_t j = 0; j < cols; j++) mk[6 * cols + j] = j >= cols - 40 ? 1.0 : 0.0;
-      tl_round(dt, x, n);
-      rows_ref(x, mk, ref, rows, cols);
-      bk_buffer *b = tl_buf(dt, x, n), *m = tl_buf(dt, mk, n), *y = NULL;
-      if (TL_OK(bk_rows_masked_softmax(tl_ctx, b, m, rows, cols, &y)) == BK_OK) {
-        TL_BUF_CLOSE(y, ref, n, row_tol(dt, cols), 1.0);
-        check_plus_zero(y, mk, n);
-        double *g = tl_read(y);
+      double *g = check_masked(dt, x, mk, rows, cols, 0);
+      if (g)
         TL_CHECK(g[5 * cols + cols / 2] == 1.0, "a single allowed entry gives %.17g, not 1",
                  g[5 * cols + cols / 2]);
-        free(g);
-      }
-      bk_buffer_release(y);
-      bk_buffer_release(m);
-      bk_buffer_release(b);
+      free(g);
       free(x);
       free(mk);
-      free(ref);
     }
   }
 }
@@ -292,7 +294,7 @@ static void wide_plain(void) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t s = 0; s < sizeof wide / sizeof wide[0]; s++) {
       const int64_t rows = wide[s].rows, cols = wide[s].cols, n = rows * cols;
-      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      double *x = tl_xmalloc((size_t)n * sizeof *x);
       tl_seed(900 + s);
       for (int64_t r = 0; r < rows; r++) {
         double *xr = x + r * cols;
@@ -308,24 +310,10 @@ static void wide_plain(void) {
           if (kind == 6) xr[j] = NAN;
         }
       }
-      tl_round(dt, x, n);
-      rows_ref(x, NULL, ref, rows, cols);
-      bk_buffer *b = tl_buf(dt, x, n), *y = NULL, *y2 = NULL;
-      const int64_t dims[2] = {rows, cols};
-      if (TL_OK(bk_softmax(tl_ctx, b, dims, 2, 1, &y)) == BK_OK) {
-        TL_BUF_CLOSE(y, ref, n, row_tol(dt, cols), 1.0);
-        /* Run to run on the device (the CPU backend's determinism is
-         * tested with the shapes above). */
-        if (tl_dev.kind == BK_DEVICE_CUDA && TL_OK(bk_softmax(tl_ctx, b, dims, 2, 1, &y2)) == BK_OK)
-          TL_CHECK(tl_same_bits(y, y2), "%s (%" PRId64 ", %" PRId64 ") is not deterministic",
-                   tl_dtname(dt), rows, cols);
-      }
-      TL_UNCHANGED(b, x, n);
-      bk_buffer_release(y);
-      bk_buffer_release(y2);
-      bk_buffer_release(b);
+      /* Run to run on the device only (the CPU backend's determinism is
+       * tested with the shapes above). */
+      check_plain(dt, x, rows, cols, tl_dev.kind == BK_DEVICE_CUDA);
       free(x);
-      free(ref);
     }
   }
 }
@@ -342,7 +330,6 @@ static void wide_masked(void) {
     for (size_t s = 0; s < sizeof wide / sizeof wide[0]; s++) {
       const int64_t rows = wide[s].rows, cols = wide[s].cols, n = rows * cols;
       double *x = tl_xmalloc((size_t)n * sizeof *x), *mk = tl_xmalloc((size_t)n * sizeof *mk);
-      double *ref = tl_xmalloc((size_t)n * sizeof *ref);
       tl_seed(1000 + s);
       for (int64_t r = 0; r < rows; r++) {
         double *xr = x + r * cols, *mr = mk + r * cols;
@@ -370,37 +357,17 @@ static void wide_masked(void) {
           mr[cols - 1] = 1;
         }
       }
-      tl_round(dt, x, n);
-      rows_ref(x, mk, ref, rows, cols);
-      bk_buffer *b = tl_buf(dt, x, n), *m = tl_buf(dt, mk, n), *y = NULL, *y2 = NULL;
-      if (TL_OK(bk_rows_masked_softmax(tl_ctx, b, m, rows, cols, &y)) == BK_OK) {
-        double *g = tl_read(y);
-        TL_CLOSE(g, ref, n, row_tol(dt, cols), 1.0);
+      double *g = check_masked(dt, x, mk, rows, cols, tl_dev.kind == BK_DEVICE_CUDA);
+      if (g) {
         int64_t bad = -1;
-        for (int64_t i = 0; i < n && bad < 0; i++)
-          if (!(mk[i] != 0) && (g[i] != 0 || signbit(g[i]))) bad = i;
-        TL_CHECK(bad < 0, "blocked entry %" PRId64 " is %g, not +0", bad, bad < 0 ? 0.0 : g[bad]);
-        bad = -1;
         for (int64_t r = 5; r < rows && bad < 0; r += 8)
           if (g[r * cols + cols - 3] != 1.0) bad = r;
         TL_CHECK(bad < 0, "row %" PRId64 ": a single allowed entry gives %.17g, not 1", bad,
                  bad < 0 ? 1.0 : g[bad * cols + cols - 3]);
-        free(g);
-        if (tl_dev.kind == BK_DEVICE_CUDA &&
-            TL_OK(bk_rows_masked_softmax(tl_ctx, b, m, rows, cols, &y2)) == BK_OK)
-          TL_CHECK(tl_same_bits(y, y2),
-                   "masked %s (%" PRId64 ", %" PRId64 ") is not deterministic", tl_dtname(dt),
-                   rows, cols);
       }
-      TL_UNCHANGED(b, x, n);
-      TL_UNCHANGED(m, mk, n);
-      bk_buffer_release(y);
-      bk_buffer_release(y2);
-      bk_buffer_release(m);
-      bk_buffer_release(b);
+      free(g);
       free(x);
       free(mk);
-      free(ref);
     }
   }
 }
