@@ -194,7 +194,6 @@ static void cached_masked(void) {
       if (shapes[s].cols > widest()) continue;
       const int64_t rows = shapes[s].rows, cols = shapes[s].cols, n = rows * cols;
       double *x = tl_xmalloc((size_t)n * sizeof *x), *mk = tl_xmalloc((size_t)n * sizeof *mk);
-      double *ref = tl_xmalloc((size_t)n * sizeof *ref);
       tl_seed(700 + s);
       for (int64_t r = 0; r < rows; r++) {
         /* Row r keeps about 1/(1 + r%4) of its entries. */
@@ -230,7 +229,6 @@ static void cached_masked_ieee(void) {
       if (widths[w] > widest()) continue;
       const int64_t rows = 7, cols = widths[w], n = rows * cols;
       double *x = tl_xmalloc((size_t)n * sizeof *x), *mk = tl_xmalloc((size_t)n * sizeof *mk);
-      double *ref = tl_xmalloc((size_t)n * sizeof *ref);
       tl_seed(800 + w);
       for (int64_t i = 0; i < n; i++) {
         x[i] = tl_randn();
