@@ -376,7 +376,7 @@ class Context:
         if h is not None:
             self._free(h)
 
-    def __enter__(self) -> "Context":
+    def __enter__(self) -> Context:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -521,7 +521,7 @@ class Buffer:
         )
 
     @classmethod
-    def _wrap(cls, handle, pending=None, shape=None) -> "Buffer":
+    def _wrap(cls, handle, pending=None, shape=None) -> Buffer:
         self = object.__new__(cls)
         self._h = handle
         self._pending = pending
@@ -553,7 +553,7 @@ class Buffer:
             except Exception:
                 pass
 
-    def __enter__(self) -> "Buffer":
+    def __enter__(self) -> Buffer:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -563,7 +563,7 @@ class Buffer:
     def closed(self) -> bool:
         return self._h is None
 
-    def retain(self) -> "Buffer":
+    def retain(self) -> Buffer:
         """A new Buffer object holding another reference to the same memory."""
         with _Using("Buffer.retain", (self, "the buffer")):
             h = load().bk_buffer_retain(self._h)
@@ -636,7 +636,7 @@ class Buffer:
         with _Using("Buffer.data_ptr", (self, "the buffer")):
             return load().bk_buffer_data(self._h) or 0
 
-    def reshape(self, *shape: Union[int, Sequence[int]]) -> "Buffer":
+    def reshape(self, *shape: Union[int, Sequence[int]]) -> Buffer:
         """A new reference with another shape of the same length (same
         memory); one entry may be -1. InvalidArgumentError when the element
         count differs."""
@@ -734,7 +734,7 @@ class Buffer:
         arr = self.numpy(copy=copy is not False)
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
-    def copy(self, ctx: Any = None) -> "Buffer":
+    def copy(self, ctx: Any = None) -> Buffer:
         """A copy on ctx's device (a Context, a device string, a torch.device;
         None: the CPU), with the same shape."""
         c, key = ctx_handle(ctx, "Buffer.copy")
@@ -749,7 +749,7 @@ class Buffer:
         pending = key if type(key) is Context and key.is_cuda else None
         return Buffer._wrap(out.value, pending, self._shape)
 
-    def to(self, device: Any) -> "Buffer":
+    def to(self, device: Any) -> Buffer:
         """This buffer on `device` (a Context, "cpu", "cuda:N", a torch.device):
         itself when it is already there, else a copy made through that
         device's context (a Context given is used as is)."""
@@ -759,7 +759,7 @@ class Buffer:
             return self
         return self.copy(c)
 
-    def cpu(self) -> "Buffer":
+    def cpu(self) -> Buffer:
         """This buffer when on the CPU, else a CPU copy."""
         if not self.is_cuda:
             return self

@@ -43,13 +43,41 @@ def _no_tf32():
 # ---- CPU -----------------------------------------------------------------------
 
 
-def test_torch_from_buffer_shares_memory(dtype, rng):
-    a = rng.standard_normal(12).astype(dtype)
+def _torch_reads_dlpack_1():
+    """Whether torch asks producers for DLPack 1.0, so that read-only exports
+    can share memory with it; older versions get copies of their own."""
+    b = bufkern.from_numpy(np.zeros(2))
+    return torch.from_dlpack(b).data_ptr() == b.data_ptr
+
+
+TORCH_DLPACK_1 = _torch_reads_dlpack_1()
+
+
+def test_torch_from_buffer_keeps_the_shape_and_the_buffer(dtype, rng):
+    a = rng.standard_normal((3, 4)).astype(dtype)
     b = bufkern.from_numpy(a)
     t = torch.from_dlpack(b)
-    assert t.dtype == TORCH_DTYPES[dtype] and t.shape == (12,) and t.device.type == "cpu"
-    assert t.data_ptr() == b.data_ptr
+    assert t.dtype == TORCH_DTYPES[dtype] and t.shape == (3, 4) and t.device.type == "cpu"
+    assert (t.data_ptr() == b.data_ptr) == TORCH_DLPACK_1
     np.testing.assert_array_equal(t.numpy(), a)
+    if not TORCH_DLPACK_1:
+        t.add_(1.0)  # its own copy: the immutable buffer is unchanged
+        np.testing.assert_array_equal(b.numpy(), a)
+
+
+def test_primitives_take_any_torch_tensor(dtype):
+    tdt = TORCH_DTYPES[dtype]
+    x = torch.arange(12, dtype=tdt).reshape(3, 4)
+    got = bufkern.rows_sum(x.t())  # transposed: copied into a compact buffer
+    np.testing.assert_array_equal(got.numpy(), x.t().sum(-1).numpy())
+    ints = bufkern.rows_sum(torch.arange(6).reshape(2, 3))  # integers: float64
+    assert ints.dtype == np.float64 and ints.numpy().tolist() == [3.0, 12.0]
+    w = torch.ones(3, 4, dtype=tdt, requires_grad=True)
+    assert bufkern.rows_sum(w).numpy().tolist() == [4.0] * 3
+    with pytest.raises(bufkern.DtypeError, match="float16"):
+        bufkern.rows_sum(torch.ones(2, 2, dtype=torch.float16))
+    assert bufkern.zeros(2, torch.float32).dtype == np.float32
+    assert bufkern.softmax([1.0, 2.0], ctx=torch.device("cpu")).device == "cpu"
 
 
 def test_buffer_from_torch_shares_memory(dtype):
@@ -115,7 +143,7 @@ def test_cuda_round_trip(dtype, mode):
     assert b.data_ptr == x.data_ptr() and b.device == f"cuda:{_gpu().index or 0}"
     y = bufkern.softmax(b, dims=(256, 1000), axis=1, ctx=ctx)
     t = torch.from_dlpack(y).view(256, 1000)
-    assert t.device.type == "cuda" and t.data_ptr() == y.data_ptr
+    assert t.device.type == "cuda" and (t.data_ptr() == y.data_ptr) == TORCH_DLPACK_1
     ref = torch.softmax(x.double(), 1)
     bkref.assert_close(t.double().cpu().numpy(), ref.cpu().numpy(), dtype, "red", scale=1.0)
     if ctx is not None:
