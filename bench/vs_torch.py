@@ -619,7 +619,7 @@ def _cases_for(dtype: str, quick: bool):
         def make(rt, dt, T, N):
             i = make_scan(var)(rt, dt, T, N)
             fwd = bufkern.scan_diag_var if var else bufkern.scan_diag
-            out = fwd(*(rt.to_bk(i[k]) for k in ("A", "B", "X", "h0")), T, N, ctx=rt.ctx)
+            out = fwd(*(rt.to_bk(i[k]) for k in ("A", "B", "X", "h0")), seq_len=T, state=N, ctx=rt.ctx)
             i["out"] = rt.from_bk(out, (T, N))
             i["dy"] = rt.randn((T, N), dt)
             return i
