@@ -367,12 +367,12 @@ def _cases_for(dtype: str, quick: bool):
     add(nm("softmax_lastaxis_8192x8192_f32"), "softmax", (8192, 8192), (64, 96),
         make=lambda rt, dt, R, C: {"x": rt.randn((R, C), dt, 3.0)},
         aten=lambda rt, i, R, C: torch.softmax(i["x"], -1),
-        bk=lambda rt, ctx, b, R, C: bufkern.softmax(b["x"], (R, C), 1, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.softmax(b["x"], dims=(R, C), axis=1, ctx=ctx),
         bytes=lambda es, R, C: 2 * R * C * es, scale=lambda *a: 1.0)
     add(nm("softmax_midaxis_256x1024x256_f32"), "softmax_mid", (256, 1024, 256), (4, 24, 8),
         make=lambda rt, dt, A, M, Z: {"x": rt.randn((A, M, Z), dt, 3.0)},
         aten=lambda rt, i, A, M, Z: torch.softmax(i["x"], 1),
-        bk=lambda rt, ctx, b, A, M, Z: bufkern.softmax(b["x"], (A, M, Z), 1, ctx=ctx),
+        bk=lambda rt, ctx, b, A, M, Z: bufkern.softmax(b["x"], dims=(A, M, Z), axis=1, ctx=ctx),
         bytes=lambda es, A, M, Z: 2 * A * M * Z * es, scale=lambda *a: 1.0)
 
     def aten_masked_softmax(rt, i, R, C):
@@ -381,7 +381,7 @@ def _cases_for(dtype: str, quick: bool):
     add(nm("hard_masked_softmax_8192x8192_f32"), "masked_softmax", (8192, 8192), (64, 96),
         make=lambda rt, dt, R, C: {"s": rt.randn((R, C), dt, 3.0), "m": rt.bernoulli((R, C), dt, 0.5)},
         aten=aten_masked_softmax,
-        bk=lambda rt, ctx, b, R, C: bufkern.rows_masked_softmax(b["s"], b["m"], R, C, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.rows_masked_softmax(b["s"], b["m"], rows=R, cols=C, ctx=ctx),
         bytes=lambda es, R, C: 3 * R * C * es, scale=lambda *a: 1.0,
         note="masked_fill+softmax+nan_to_num")
 
@@ -389,13 +389,13 @@ def _cases_for(dtype: str, quick: bool):
     add(nm("row_sum_8192x8192_f32"), "rows_sum", (8192, 8192), (64, 96),
         make=lambda rt, dt, R, C: {"x": rt.randn((R, C), dt)},
         aten=lambda rt, i, R, C: i["x"].sum(1),
-        bk=lambda rt, ctx, b, R, C: bufkern.rows_sum(b["x"], R, C, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.rows_sum(b["x"], rows=R, cols=C, ctx=ctx),
         bytes=lambda es, R, C: (R * C + R) * es,
         scale=lambda rt, i, ref, R, C: rt.max_abs(abs(i["x"]).sum(1)))
     add(nm("row_max_8192x8192_f32"), "rows_max", (8192, 8192), (64, 96),
         make=lambda rt, dt, R, C: {"x": rt.randn((R, C), dt)},
         aten=lambda rt, i, R, C: i["x"].amax(1),
-        bk=lambda rt, ctx, b, R, C: bufkern.rows_max(b["x"], R, C, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.rows_max(b["x"], rows=R, cols=C, ctx=ctx),
         check="exact", bytes=lambda es, R, C: (R * C + R) * es)
 
     def aten_first_max(rt, i, R, C):
@@ -405,7 +405,7 @@ def _cases_for(dtype: str, quick: bool):
     add(nm("first_max_mask_8192x8192_f32"), "first_max_mask", (8192, 8192), (64, 96),
         make=lambda rt, dt, R, C: {"x": rt.randn((R, C), dt)},
         aten=aten_first_max,
-        bk=lambda rt, ctx, b, R, C: bufkern.rows_first_max_mask(b["x"], R, C, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.rows_first_max_mask(b["x"], rows=R, cols=C, ctx=ctx),
         check="exact", bytes=lambda es, R, C: 2 * R * C * es, note="argmax+scatter")
 
     def aten_topk(rt, i, R, C, k):
@@ -427,7 +427,7 @@ def _cases_for(dtype: str, quick: bool):
         add(nm(f"topk_mask_262144x64_k4_{variant}"), "topk_mask", (262144, 64, 4), (128, 64, 4),
             make=lambda rt, dt, R, C, k: {"x": rt.randn((R, C), dt)},
             aten=comp,
-            bk=lambda rt, ctx, b, R, C, k: bufkern.rows_topk_mask(b["x"], R, C, k, ctx=ctx),
+            bk=lambda rt, ctx, b, R, C, k: bufkern.rows_topk_mask(b["x"], rows=R, cols=C, k=k, ctx=ctx),
             ref=aten_topk_count, check="exact", bytes=lambda es, R, C, k: 2 * R * C * es, note=note)
 
     # -- layer norm ------------------------------------------------------------------
@@ -443,14 +443,14 @@ def _cases_for(dtype: str, quick: bool):
 
     add(nm("layernorm_fwd_65536x4096_f32"), "layernorm_fwd", (65536, 4096), (64, 96),
         make=make_ln, aten=aten_ln_fwd,
-        bk=lambda rt, ctx, b, R, C: bufkern.layernorm_forward(b["x"], b["g"], b["b"], R, C, 1e-5, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.layernorm_forward(b["x"], b["g"], b["b"], rows=R, cols=C, eps=1e-5, ctx=ctx),
         bytes=lambda es, R, C: (3 * R * C + 2 * C + R) * es, scale=ln_fwd_scale,
         note="native_layer_norm + normalized")
 
     def make_ln_bwd(rt, dt, R, C):
         i = make_ln(rt, dt, R, C)
         out, norm, inv = bufkern.layernorm_forward(rt.to_bk(i["x"]), rt.to_bk(i["g"]), rt.to_bk(i["b"]),
-                                                   R, C, 1e-5, ctx=rt.ctx)
+                                                   rows=R, cols=C, eps=1e-5, ctx=rt.ctx)
         i["n"] = rt.from_bk(norm, (R, C))
         i["inv"] = rt.from_bk(inv, (R,))
         i["dy"] = rt.randn((R, C), dt)
@@ -476,7 +476,7 @@ def _cases_for(dtype: str, quick: bool):
 
     ln_bwd_bytes = lambda es, R, C: (3 * R * C + R + 3 * C) * es  # noqa: E731
     bk_ln_bwd = lambda rt, ctx, b, R, C: bufkern.layernorm_backward(  # noqa: E731
-        b["dy"], b["n"], b["inv"], b["g"], R, C, ctx=ctx)
+        b["dy"], b["n"], b["inv"], b["g"], rows=R, cols=C, ctx=ctx)
     add(nm("layernorm_vjp_65536x4096_f32"), "layernorm_vjp", (65536, 4096), (64, 96),
         make=make_ln_bwd, aten=aten_ln_vjp, bk=bk_ln_bwd, bytes=ln_bwd_bytes, scale=ln_bwd_scale,
         note="formula composed")
@@ -507,7 +507,7 @@ def _cases_for(dtype: str, quick: bool):
 
     def bmm_case(name, family, dims, dry, ta, tb, **kw):
         add(name, family, dims, dry, make=make_bmm(ta, tb), aten=aten_bmm(ta, tb),
-            bk=lambda rt, ctx, b, Bt, M, N, P: bufkern.bmm(b["a"], b["b"], Bt, M, N, P, ta, tb, ctx=ctx),
+            bk=lambda rt, ctx, b, Bt, M, N, P: bufkern.bmm(b["a"], b["b"], batch=Bt, m=M, n=N, p=P, trans_a=ta, trans_b=tb, ctx=ctx),
             check="contract", n=lambda Bt, M, N, P: N, flops=lambda Bt, M, N, P: 2 * Bt * M * N * P,
             scale=bmm_scale(ta, tb), **kw)
 
@@ -525,7 +525,7 @@ def _cases_for(dtype: str, quick: bool):
     add(nm("scaled_bmm_flag_64x1024^3_f32"), "bmm_scaled", (64, 1024, 1024, 1024, 0.125), (2, 16, 24, 8, 0.125),
         make=lambda rt, dt, Bt, M, N, P, s: make_bmm(0, 0)(rt, dt, Bt, M, N, P),
         aten=aten_scaled,
-        bk=lambda rt, ctx, b, Bt, M, N, P, s: bufkern.bmm_scaled(b["a"], b["b"], Bt, M, N, P, scale=s, ctx=ctx),
+        bk=lambda rt, ctx, b, Bt, M, N, P, s: bufkern.bmm_scaled(b["a"], b["b"], batch=Bt, m=M, n=N, p=P, scale=s, ctx=ctx),
         check="contract", n=lambda Bt, M, N, P, s: N, flops=lambda Bt, M, N, P, s: 2 * Bt * M * N * P,
         scale=lambda rt, i, ref, Bt, M, N, P, s: s * bmm_scale(0, 0)(rt, i, ref, Bt, M, N, P),
         note="scale+bmm+checks+sync")
@@ -539,7 +539,7 @@ def _cases_for(dtype: str, quick: bool):
             "rfft", (4096, n), (8, dry_n),
             make=lambda rt, dt, Bt, N: {"x": rt.randn((Bt, N), dt)},
             aten=lambda rt, i, Bt, N: torch.view_as_real(torch.fft.rfft(i["x"], dim=-1)),
-            bk=lambda rt, ctx, b, Bt, N: bufkern.rfft(b["x"], Bt, N, ctx=ctx),
+            bk=lambda rt, ctx, b, Bt, N: bufkern.rfft(b["x"], batch=Bt, n=N, ctx=ctx),
             check="contract", n=lambda Bt, N: N, scale=fft_scale,
             bytes=lambda es, Bt, N: (Bt * N + Bt * (N // 2 + 1) * 2) * es)
 
@@ -549,7 +549,7 @@ def _cases_for(dtype: str, quick: bool):
     add(nm("irfft_packed_4096x4096_f32"), "irfft", (4096, 4096), (8, 64),
         make=lambda rt, dt, Bt, N: {"s": rt.rfft_packed(rt.randn((Bt, N), dt))},
         aten=lambda rt, i, Bt, N: torch.fft.irfft(torch.view_as_complex(i["s"]), n=N, dim=-1),
-        bk=lambda rt, ctx, b, Bt, N: bufkern.irfft(b["s"], Bt, N, ctx=ctx),
+        bk=lambda rt, ctx, b, Bt, N: bufkern.irfft(b["s"], batch=Bt, n=N, ctx=ctx),
         check="contract", n=lambda Bt, N: N, scale=irfft_scale,
         bytes=lambda es, Bt, N: (Bt * N + Bt * (N // 2 + 1) * 2) * es)
 
@@ -603,23 +603,23 @@ def _cases_for(dtype: str, quick: bool):
     for var, tag in ((False, "shared"), (True, "var")):
         add(nm(f"selective_scan_{tag}_T4096_N16384_f32"), f"scan_{tag}", (4096, 16384), (64, 24),
             make=make_scan(var), aten=aten_scan(var),
-            bk=(lambda rt, ctx, b, T, N: bufkern.scan_diag_var(b["A"], b["B"], b["X"], b["h0"], T, N, ctx=ctx))
+            bk=(lambda rt, ctx, b, T, N: bufkern.scan_diag_var(b["A"], b["B"], b["X"], b["h0"], seq_len=T, state=N, ctx=ctx))
             if var else
-            (lambda rt, ctx, b, T, N: bufkern.scan_diag(b["A"], b["B"], b["X"], b["h0"], T, N, ctx=ctx)),
+            (lambda rt, ctx, b, T, N: bufkern.scan_diag(b["A"], b["B"], b["X"], b["h0"], seq_len=T, state=N, ctx=ctx)),
             scale=scan_scale(var),
             bytes=(lambda es, T, N: (4 * T * N + N) * es) if var else (lambda es, T, N: (2 * T * N + 3 * N) * es),
             note="ATen Hillis-Steele composition")
     add(nm("selective_scan_var_T512_N16384_seq") if dtype == "f32" else "selective_scan_var_T512_N16384_seq_f64",
         "scan_var", (512, 16384), (16, 24),
         make=make_scan(True), aten=aten_scan_seq, ref=aten_scan(True),
-        bk=lambda rt, ctx, b, T, N: bufkern.scan_diag_var(b["A"], b["B"], b["X"], b["h0"], T, N, ctx=ctx),
+        bk=lambda rt, ctx, b, T, N: bufkern.scan_diag_var(b["A"], b["B"], b["X"], b["h0"], seq_len=T, state=N, ctx=ctx),
         scale=scan_scale(True), bytes=lambda es, T, N: (4 * T * N + N) * es, note="ATen sequential loop")
 
     def make_scan_bwd(var):
         def make(rt, dt, T, N):
             i = make_scan(var)(rt, dt, T, N)
             fwd = bufkern.scan_diag_var if var else bufkern.scan_diag
-            out = fwd(*(rt.to_bk(i[k]) for k in ("A", "B", "X", "h0")), T, N, ctx=rt.ctx)
+            out = fwd(*(rt.to_bk(i[k]) for k in ("A", "B", "X", "h0")), seq_len=T, state=N, ctx=rt.ctx)
             i["out"] = rt.from_bk(out, (T, N))
             i["dy"] = rt.randn((T, N), dt)
             return i
@@ -647,9 +647,9 @@ def _cases_for(dtype: str, quick: bool):
         add(nm(f"selective_scan_{tag}_bwd_T4096_N16384_f32"), f"scan_{tag}_bwd", (4096, 16384), (64, 24),
             make=make_scan_bwd(var), aten=aten_scan_bwd(var),
             bk=(lambda rt, ctx, b, T, N: bufkern.scan_diag_var_backward(
-                b["A"], b["B"], b["X"], b["h0"], b["out"], b["dy"], T, N, ctx=ctx)) if var else
+                b["A"], b["B"], b["X"], b["h0"], b["out"], b["dy"], seq_len=T, state=N, ctx=ctx)) if var else
             (lambda rt, ctx, b, T, N: bufkern.scan_diag_backward(
-                b["A"], b["B"], b["X"], b["h0"], b["out"], b["dy"], T, N, ctx=ctx)),
+                b["A"], b["B"], b["X"], b["h0"], b["out"], b["dy"], seq_len=T, state=N, ctx=ctx)),
             scale=scan_bwd_scale(var),
             bytes=(lambda es, T, N: (8 * T * N + 2 * N) * es) if var else (lambda es, T, N: (4 * T * N + 6 * N) * es),
             note="ATen reverse Hillis-Steele composition (not in PERF.md)")
@@ -659,33 +659,33 @@ def _cases_for(dtype: str, quick: bool):
         "broadcast_to", (8192, 8192), (64, 96),
         make=lambda rt, dt, R, C: {"x": rt.randn((1, C), dt)},
         aten=lambda rt, i, R, C: i["x"].expand(R, C).contiguous(),
-        bk=lambda rt, ctx, b, R, C: bufkern.broadcast_to(b["x"], (1, C), (R, C), (1, 2), ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.broadcast_to(b["x"], in_dims=(1, C), out_dims=(R, C), axis_map=(1, 2), ctx=ctx),
         check="exact", bytes=lambda es, R, C: (C + R * C) * es)
     add(nm("reduceFromBroadcast_8192x8192_to_1x8192") if dtype == "f32" else "reduceFromBroadcast_8192x8192_to_1x8192_f64",
         "broadcast_adjoint", (8192, 8192), (64, 96),
         make=lambda rt, dt, R, C: {"g": rt.randn((R, C), dt)},
         aten=lambda rt, i, R, C: i["g"].sum(0, keepdim=True),
-        bk=lambda rt, ctx, b, R, C: bufkern.broadcast_to_adjoint(b["g"], (1, C), (R, C), (1, 2), ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.broadcast_to_adjoint(b["g"], in_dims=(1, C), out_dims=(R, C), axis_map=(1, 2), ctx=ctx),
         scale=lambda rt, i, ref, R, C: rt.max_abs(abs(i["g"]).sum(0)),
         bytes=lambda es, R, C: (C + R * C) * es)
     add(nm("broadcast_col_8192_to_8192x8192") if dtype == "f32" else "broadcast_col_8192_to_8192x8192_f64",
         "broadcast_col", (8192, 8192), (64, 96),
         make=lambda rt, dt, R, C: {"v": rt.randn((R,), dt)},
         aten=lambda rt, i, R, C: i["v"][:, None].expand(R, C).contiguous(),
-        bk=lambda rt, ctx, b, R, C: bufkern.broadcast_col(b["v"], R, C, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.broadcast_col(b["v"], rows=R, cols=C, ctx=ctx),
         check="exact", bytes=lambda es, R, C: (R + R * C) * es)
     for depth in (0, 1):
         add(nm(f"swapAdjacent_d{depth}_32x1024x2048") if dtype == "f32" else f"swapAdjacent_d{depth}_32x1024x2048_f64",
             "swap_adjacent", (32, 1024, 2048, depth), (4, 24, 40, depth),
             make=lambda rt, dt, A, M, Z, d: {"x": rt.randn((A, M, Z), dt)},
             aten=lambda rt, i, A, M, Z, d: i["x"].transpose(d, d + 1).contiguous(),
-            bk=lambda rt, ctx, b, A, M, Z, d: bufkern.swap_adjacent(b["x"], (A, M, Z), d, ctx=ctx),
+            bk=lambda rt, ctx, b, A, M, Z, d: bufkern.swap_adjacent(b["x"], dims=(A, M, Z), depth=d, ctx=ctx),
             check="exact", bytes=lambda es, A, M, Z, d: 2 * A * M * Z * es)
     add(nm("reduceSumAxis_ax1_256x1024x256") if dtype == "f32" else "reduceSumAxis_ax1_256x1024x256_f64",
         "sum_axis", (256, 1024, 256), (4, 24, 8),
         make=lambda rt, dt, A, M, Z: {"x": rt.randn((A, M, Z), dt)},
         aten=lambda rt, i, A, M, Z: i["x"].sum(1),
-        bk=lambda rt, ctx, b, A, M, Z: bufkern.sum_axis(b["x"], (A, M, Z), 1, ctx=ctx),
+        bk=lambda rt, ctx, b, A, M, Z: bufkern.sum_axis(b["x"], dims=(A, M, Z), axis=1, ctx=ctx),
         scale=lambda rt, i, ref, A, M, Z: rt.max_abs(abs(i["x"]).sum(1)),
         bytes=lambda es, A, M, Z: (A * M * Z + A * Z) * es)
 
@@ -698,7 +698,7 @@ def _cases_for(dtype: str, quick: bool):
         "gather", (65536, 131072, 4096), (40, 60, 24),
         make=make_gather,
         aten=lambda rt, i, K, R, C: i["mat"].index_select(0, i["t_idx"]),
-        bk=lambda rt, ctx, b, K, R, C: bufkern.rows_gather(b["mat"], R, C, b["h_idx"], ctx=ctx),
+        bk=lambda rt, ctx, b, K, R, C: bufkern.rows_gather(b["mat"], rows=R, cols=C, indices=b["h_idx"], ctx=ctx),
         check="exact", bytes=lambda es, K, R, C: 2 * K * C * es + K * 8,
         note="bufkern uploads the host indices in every call")
 
@@ -711,7 +711,7 @@ def _cases_for(dtype: str, quick: bool):
         "scatter_add", (65536, 131072, 4096), (40, 60, 24),
         make=make_scatter,
         aten=lambda rt, i, K, R, C: i["mat"].clone().index_add_(0, i["t_idx"], i["v"]),
-        bk=lambda rt, ctx, b, K, R, C: bufkern.rows_scatter_add(b["mat"], b["v"], R, C, b["h_idx"], ctx=ctx),
+        bk=lambda rt, ctx, b, K, R, C: bufkern.rows_scatter_add(b["mat"], b["v"], rows=R, cols=C, indices=b["h_idx"], ctx=ctx),
         scale=lambda rt, i, ref, K, R, C: rt.max_abs(ref) + 4.0 * K / R,
         bytes=lambda es, K, R, C: (2 * R * C + K * C) * es + K * 8, note="clone+index_add_")
 
@@ -720,13 +720,13 @@ def _cases_for(dtype: str, quick: bool):
     add(nm("concat_1d_2x128MiB") if dtype == "f32" else "concat_1d_2x128MiB_f64", "concat", (half, half), (1000, 777),
         make=lambda rt, dt, N, M: {"a": rt.randn((N,), dt), "b": rt.randn((M,), dt)},
         aten=lambda rt, i, N, M: torch.cat([i["a"], i["b"]]),
-        bk=lambda rt, ctx, b, N, M: bufkern.vec_concat(b["a"], b["b"], N, M, ctx=ctx),
+        bk=lambda rt, ctx, b, N, M: bufkern.vec_concat(b["a"], b["b"], n=N, m=M, ctx=ctx),
         check="exact", bytes=lambda es, N, M: 2 * (N + M) * es)
     q = 64 * 2**20 // ES[dtype]
     add(nm("slice_1d_64MiB") if dtype == "f32" else "slice_1d_64MiB_f64", "slice", (4 * q, q + 3, q), (1000, 101, 333),
         make=lambda rt, dt, N, S, L: {"x": rt.randn((N,), dt)},
         aten=lambda rt, i, N, S, L: i["x"][S:S + L].clone(),
-        bk=lambda rt, ctx, b, N, S, L: bufkern.vec_slice(b["x"], N, S, L, ctx=ctx),
+        bk=lambda rt, ctx, b, N, S, L: bufkern.vec_slice(b["x"], n=N, start=S, length=L, ctx=ctx),
         check="exact", bytes=lambda es, N, S, L: 2 * L * es)
 
     # -- convolutions ---------------------------------------------------------------------------------------
@@ -744,7 +744,7 @@ def _cases_for(dtype: str, quick: bool):
         return F.conv2d(F.pad(i["x"], (3, 1, 1, 3)), i["t_w"], i["bias"], stride=1, dilation=2, groups=G)
 
     def bk_conv2d(rt, ctx, b, Nb, C, H, W, G, K):
-        return bufkern.conv(b["x"], b["w"], b["bias"], (Nb, C, H, W), (C, C, K, K), stride=(1, 1),
+        return bufkern.conv(b["x"], b["w"], b["bias"], input_dims=(Nb, C, H, W), kernel_dims=(C, C, K, K), stride=(1, 1),
                             pad_before=(1, 3), pad_after=(3, 1), dilation=(2, 2), groups=G, ctx=ctx)
 
     def conv2d_scale(rt, i, ref, Nb, C, H, W, G, K):
@@ -779,8 +779,8 @@ def _cases_for(dtype: str, quick: bool):
         "conv1d_dw", (16, 4096, 2048, 4), (2, 12, 30, 4),
         make=make_dw,
         aten=lambda rt, i, Nb, C, L, K: F.conv1d(F.pad(i["x"], (K - 1, 0)), i["t_w"], i["bias"], groups=C),
-        bk=lambda rt, ctx, b, Nb, C, L, K: bufkern.conv(b["x"], b["w"], b["bias"], (Nb, C, L), (C, C, K),
-                                                      (1,), (K - 1,), (0,), (1,), groups=C, ctx=ctx),
+        bk=lambda rt, ctx, b, Nb, C, L, K: bufkern.conv(b["x"], b["w"], b["bias"], input_dims=(Nb, C, L), kernel_dims=(C, C, K),
+                                                      stride=(1,), pad_before=(K - 1,), pad_after=(0,), dilation=(1,), groups=C, ctx=ctx),
         check="contract", n=lambda Nb, C, L, K: K, scale=dw_scale,
         bytes=lambda es, Nb, C, L, K: (2 * Nb * C * L + C * K + C) * es,
         note="mamba-style causal depthwise; bytes count the grouped weights")
@@ -793,7 +793,7 @@ def _cases_for(dtype: str, quick: bool):
         "xent_weighted", (8192, 32768), (32, 96),
         make=make_xent,
         aten=lambda rt, i, R, C: (i["w"] * (torch.logsumexp(i["x"], 1, keepdim=True) - i["x"])).sum() / R,
-        bk=lambda rt, ctx, b, R, C: bufkern.xent_weighted_mean(b["x"], b["w"], R, C, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.xent_weighted_mean(b["x"], b["w"], rows=R, cols=C, ctx=ctx),
         bytes=lambda es, R, C: (2 * R * C + 1) * es)
 
     def make_teacher(rt, dt, R, C):
@@ -803,13 +803,13 @@ def _cases_for(dtype: str, quick: bool):
         "xent_teacher", (8192, 32768), (32, 96),
         make=make_teacher,
         aten=lambda rt, i, R, C: -(torch.softmax(i["t"], 1) * torch.log_softmax(i["s"], 1)).sum() / R,
-        bk=lambda rt, ctx, b, R, C: bufkern.xent_teacher(b["s"], b["t"], R, C, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.xent_teacher(b["s"], b["t"], rows=R, cols=C, ctx=ctx),
         bytes=lambda es, R, C: (2 * R * C + 1) * es)
     add(nm("xent_teacher_grad_8192x32768") if dtype == "f32" else "xent_teacher_grad_8192x32768_f64",
         "xent_teacher_grad", (8192, 32768), (32, 96),
         make=make_teacher,
         aten=lambda rt, i, R, C: (torch.softmax(i["s"], 1) - torch.softmax(i["t"], 1)) / R,
-        bk=lambda rt, ctx, b, R, C: bufkern.xent_teacher(b["s"], b["t"], R, C, gradient=True, ctx=ctx),
+        bk=lambda rt, ctx, b, R, C: bufkern.xent_teacher(b["s"], b["t"], rows=R, cols=C, gradient=True, ctx=ctx),
         scale=lambda rt, i, ref, R, C: 1.0 / R, bytes=lambda es, R, C: 3 * R * C * es)
 
     # -- sweeps -------------------------------------------------------------------------------------------------
@@ -819,19 +819,19 @@ def _cases_for(dtype: str, quick: bool):
     sweep_families = {
         "rows_sum": (lambda rt, dt, R, C: {"x": rt.randn((R, C), dt)},
                      lambda rt, i, R, C: i["x"].sum(1),
-                     lambda rt, ctx, b, R, C: bufkern.rows_sum(b["x"], R, C, ctx=ctx),
+                     lambda rt, ctx, b, R, C: bufkern.rows_sum(b["x"], rows=R, cols=C, ctx=ctx),
                      lambda es, R, C: (R * C + R) * es,
                      lambda rt, i, ref, R, C: rt.max_abs(abs(i["x"]).sum(1))),
         "softmax": (lambda rt, dt, R, C: {"x": rt.randn((R, C), dt, 3.0)},
                     lambda rt, i, R, C: torch.softmax(i["x"], -1),
-                    lambda rt, ctx, b, R, C: bufkern.softmax(b["x"], (R, C), 1, ctx=ctx),
+                    lambda rt, ctx, b, R, C: bufkern.softmax(b["x"], dims=(R, C), axis=1, ctx=ctx),
                     lambda es, R, C: 2 * R * C * es, lambda *a: 1.0),
         "masked_softmax": (lambda rt, dt, R, C: {"s": rt.randn((R, C), dt, 3.0), "m": rt.bernoulli((R, C), dt, 0.5)},
                            aten_masked_softmax,
-                           lambda rt, ctx, b, R, C: bufkern.rows_masked_softmax(b["s"], b["m"], R, C, ctx=ctx),
+                           lambda rt, ctx, b, R, C: bufkern.rows_masked_softmax(b["s"], b["m"], rows=R, cols=C, ctx=ctx),
                            lambda es, R, C: 3 * R * C * es, lambda *a: 1.0),
         "layernorm_fwd": (make_ln, aten_ln_fwd,
-                          lambda rt, ctx, b, R, C: bufkern.layernorm_forward(b["x"], b["g"], b["b"], R, C, 1e-5, ctx=ctx),
+                          lambda rt, ctx, b, R, C: bufkern.layernorm_forward(b["x"], b["g"], b["b"], rows=R, cols=C, eps=1e-5, ctx=ctx),
                           lambda es, R, C: (3 * R * C + 2 * C + R) * es, ln_fwd_scale),
     }
     for fam, (mk, at, bkf, by, sc) in sweep_families.items():
@@ -993,11 +993,11 @@ def measure_latency(rt, args):
         ("softmax_8x8_latency",
          lambda: {"x": rt.randn((8, 8), "f32")},
          lambda i: torch.softmax(i["x"], -1),
-         lambda b: bufkern.softmax(b["x"], (8, 8), 1, ctx=rt.ctx)),
+         lambda b: bufkern.softmax(b["x"], dims=(8, 8), axis=1, ctx=rt.ctx)),
         ("bmm_4x16^3_latency",
          lambda: {"a": rt.randn((4, 16, 16), "f32"), "b": rt.randn((4, 16, 16), "f32")},
          lambda i: torch.bmm(i["a"], i["b"]),
-         lambda b: bufkern.bmm(b["a"], b["b"], 4, 16, 16, 16, ctx=rt.ctx)),
+         lambda b: bufkern.bmm(b["a"], b["b"], batch=4, m=16, n=16, p=16, ctx=rt.ctx)),
     ]
     for name, make, aten, bk in specs:
         if args.filter and not re.search(args.filter, name):

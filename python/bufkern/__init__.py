@@ -1,13 +1,18 @@
-"""bufkern: Python binding over libbufkern (ctypes + DLPack).
+"""bufkern: Python binding over libbufkern (ctypes + DLPack), numpy-style.
 
     import numpy as np, bufkern
-    x = bufkern.from_numpy(np.array([[0.1, -0.2, 0.3], [0.05, 0.25, -0.15]]))
-    y = bufkern.softmax(x, dims=(2, 3), axis=1)
-    y.numpy()                      # array of shape (2, 3)
+    y = bufkern.softmax([[1.0, 2.0], [3.0, 4.0]], axis=-1)   # a (2, 2) float64 Buffer
+    np.asarray(y)                                             # back to numpy
+    out, normalized, inv_std = bufkern.layernorm_forward(x, gamma, beta, 1e-5)
+    c = bufkern.bmm(a, b, transpose_b=True)                  # 2-D or 3-D operands
 
-Buffers exchange memory without copies through DLPack: ``torch.from_dlpack(buf)``,
-``numpy.from_dlpack(buf)`` and ``bufkern.from_dlpack(tensor)``. The C library is
-found through ``BUFKERN_LIBRARY``, a copy in this package's directory, the
+Primitives take arrays with shapes (Buffers, numpy arrays, torch tensors,
+DLPack and buffer-protocol objects, lists) and infer their geometry; the C
+geometry stays available as keywords (``dims=``, ``rows=``, ``cols=``...),
+checked against the shapes. Results are immutable Buffers with a shape that
+exchange memory through DLPack: ``torch.from_dlpack(buf)``,
+``numpy.from_dlpack(buf)`` and ``bufkern.from_dlpack(tensor)``. The C library
+is found through ``BUFKERN_LIBRARY``, a copy in this package's directory, the
 repository's ``build/`` directory, or the system search path (see
 ``bufkern._ffi.candidate_paths``).
 """
@@ -68,6 +73,12 @@ from ._ops import (
     xent_teacher,
     xent_weighted_mean,
 )
+
+# The public classes read as bufkern.Buffer and bufkern.Context in help(),
+# reprs and tracebacks, and their annotations name them.
+for _cls in (Buffer, Context):
+    _cls.__module__ = "bufkern"
+del _cls
 
 __version__ = "0.1.0"
 

@@ -179,6 +179,37 @@ class DLManagedTensor(Structure):
     ]
 
 
+class DLPackVersion(Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+# DLPack 1.0's managed tensor: a version, then the flags that say, among
+# other things, whether the consumer may write into the memory.
+class DLManagedTensorVersioned(Structure):
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", c_void_p),
+        ("deleter", DLDeleter),
+        ("flags", c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
+
+
+DLPACK_VERSION = (1, 0)
+DLPACK_FLAG_READ_ONLY = 1
+
+# DLPack type codes, for the names in messages.
+DL_TYPE_CODES = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "complex", 6: "bool"}
+
+
+def dl_dtype_name(code: int, bits: int, lanes: int) -> str:
+    """numpy's name for a DLPack dtype ("float16", "int64", "bool"), with the
+    lane count when it is not 1."""
+    kind = DL_TYPE_CODES.get(int(code), f"code{int(code)}_")
+    name = "bool" if kind == "bool" else f"{kind}{int(bits)}"
+    return name if int(lanes) == 1 else f"{name}x{int(lanes)}"
+
+
 # ---------------------------------------------------------------------------
 # Prototypes
 # ---------------------------------------------------------------------------
@@ -360,6 +391,18 @@ def load():
         )
 
 
+def optional_symbol(name: str, restype, argtypes):
+    """The library's function `name` with its prototype, or None when the
+    loaded library predates it (symbols added after a release are looked up
+    on first use, so that the binding keeps working with an older library)."""
+    try:
+        fn = getattr(load(), name)
+    except AttributeError:
+        return None
+    fn.restype, fn.argtypes = restype, argtypes
+    return fn
+
+
 def library_path():
     """The path the library was loaded from (loading it if needed)."""
     load()
@@ -424,14 +467,17 @@ ADDR_VERSIONED = ctypes.addressof(NAME_VERSIONED)
 
 
 def _release_unconsumed(capsule_addr):
-    # A consumer that took the tensor renamed the capsule ("used_dltensor")
-    # and owns it now; only an unconsumed capsule still owns the tensor.
-    if PyCapsule_IsValid(capsule_addr, ADDR_DLTENSOR):
-        ptr = PyCapsule_GetPointerRaw(capsule_addr, ADDR_DLTENSOR)
-        if ptr:
-            managed = DLManagedTensor.from_address(ptr)
-            if managed.deleter:
-                managed.deleter(ptr)
+    # A consumer that took the tensor renamed the capsule ("used_dltensor",
+    # "used_dltensor_versioned") and owns it now; only an unconsumed capsule
+    # still owns the tensor.
+    for name, struct in ((ADDR_DLTENSOR, DLManagedTensor), (ADDR_VERSIONED, DLManagedTensorVersioned)):
+        if PyCapsule_IsValid(capsule_addr, name):
+            ptr = PyCapsule_GetPointerRaw(capsule_addr, name)
+            if ptr:
+                managed = struct.from_address(ptr)
+                if managed.deleter:
+                    managed.deleter(ptr)
+            return
 
 
 def _capsule_destructor(capsule_addr):
@@ -452,29 +498,33 @@ def _capsule_destructor(capsule_addr):
 CAPSULE_DESTRUCTOR = immortal(PyCapsule_Destructor(_capsule_destructor))
 
 
-def new_capsule(managed_addr: int):
-    """A "dltensor" capsule owning the DLManagedTensor at managed_addr."""
-    return PyCapsule_New(managed_addr, ADDR_DLTENSOR, CAPSULE_DESTRUCTOR)
+def new_capsule(managed_addr: int, versioned: bool = False):
+    """A "dltensor" capsule owning the DLManagedTensor at managed_addr, or with
+    `versioned` a "dltensor_versioned" one owning a DLManagedTensorVersioned."""
+    return PyCapsule_New(managed_addr, ADDR_VERSIONED if versioned else ADDR_DLTENSOR, CAPSULE_DESTRUCTOR)
 
 
 def is_capsule(obj) -> bool:
     return type(obj).__name__ == "PyCapsule"
 
 
-def capsule_pointer(capsule) -> int:
-    """The DLManagedTensor address of an unconsumed legacy capsule."""
+NAME_USED_VERSIONED = immortal(ctypes.create_string_buffer(b"used_dltensor_versioned"))
+ADDR_USED_VERSIONED = ctypes.addressof(NAME_USED_VERSIONED)
+
+
+def capsule_pointer(capsule):
+    """(address, versioned) of the managed tensor of an unconsumed capsule:
+    a DLManagedTensor ("dltensor") or a DLManagedTensorVersioned
+    ("dltensor_versioned")."""
     if PyCapsule_IsValidObj(capsule, ADDR_DLTENSOR):
-        return PyCapsule_GetPointer(capsule, ADDR_DLTENSOR)
+        return PyCapsule_GetPointer(capsule, ADDR_DLTENSOR), False
     if PyCapsule_IsValidObj(capsule, ADDR_VERSIONED):
-        raise BufferError(
-            "bufkern.from_dlpack: got a versioned DLPack capsule (dltensor_versioned); "
-            "bufkern imports the legacy DLManagedTensor only"
-        )
-    if PyCapsule_IsValidObj(capsule, ADDR_USED):
+        return PyCapsule_GetPointer(capsule, ADDR_VERSIONED), True
+    if PyCapsule_IsValidObj(capsule, ADDR_USED) or PyCapsule_IsValidObj(capsule, ADDR_USED_VERSIONED):
         raise BufferError("bufkern.from_dlpack: the DLPack capsule was already consumed")
     raise BufferError("bufkern.from_dlpack: the object is not a DLPack capsule")
 
 
-def mark_consumed(capsule) -> None:
+def mark_consumed(capsule, versioned: bool = False) -> None:
     """Rename the capsule so that its destructor leaves the tensor alone."""
-    PyCapsule_SetName(capsule, ADDR_USED)
+    PyCapsule_SetName(capsule, ADDR_USED_VERSIONED if versioned else ADDR_USED)

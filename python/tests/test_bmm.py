@@ -13,11 +13,11 @@ import bufkern
 def test_random(put, dtype, rng, trans_a, trans_b, batch, m, n, p):
     a = rng.standard_normal((batch, n, m) if trans_a else (batch, m, n)).astype(dtype)
     b = rng.standard_normal((batch, p, n) if trans_b else (batch, n, p)).astype(dtype)
-    y = bufkern.bmm(put(a, dtype), put(b, dtype), batch, m, n, p, trans_a=trans_a, trans_b=trans_b)
+    y = bufkern.bmm(put(a, dtype), put(b, dtype), batch=batch, m=m, n=n, p=p, trans_a=trans_a, trans_b=trans_b)
     assert y.shape == (batch, m, p)
     ref, absref = bkref.bmm(a, b, batch, m, n, p, trans_a, trans_b)
     bkref.assert_close(y.numpy(), ref, dtype, "contract", scale=absref.max(), n=n)
-    z, loss = bufkern.bmm_scaled(put(a, dtype), put(b, dtype), batch, m, n, p, trans_a, trans_b,
+    z, loss = bufkern.bmm_scaled(put(a, dtype), put(b, dtype), batch=batch, m=m, n=n, p=p, trans_a=trans_a, trans_b=trans_b,
                                  scale=0.375)
     assert isinstance(loss, bool)
     bkref.assert_close(z.numpy(), 0.375 * ref, dtype, "contract", scale=0.375 * absref.max(), n=n)
@@ -25,33 +25,33 @@ def test_random(put, dtype, rng, trans_a, trans_b, batch, m, n, p):
 
 def test_scaled_spec_example_and_flag(put, dtype):
     a = put([[1e30]], dtype)
-    y, loss = bufkern.bmm_scaled(a, a, 1, 1, 1, 1, scale=1e-30)
+    y, loss = bufkern.bmm_scaled(a, a, batch=1, m=1, n=1, p=1, scale=1e-30)
     bkref.assert_example(y.numpy(), [1e30], dtype)
     assert loss is False
     # A zero result entry is below the smallest normal: the flag asks for a replay.
-    _, loss = bufkern.bmm_scaled(put([[1.0, 1.0]], dtype), put([[1.0], [-1.0]], dtype), 1, 1, 2, 1)
+    _, loss = bufkern.bmm_scaled(put([[1.0, 1.0]], dtype), put([[1.0], [-1.0]], dtype), batch=1, m=1, n=2, p=1)
     assert loss is True
-    _, loss = bufkern.bmm_scaled(put([[np.inf]], dtype), put([[1.0]], dtype), 1, 1, 1, 1)
+    _, loss = bufkern.bmm_scaled(put([[np.inf]], dtype), put([[1.0]], dtype), batch=1, m=1, n=1, p=1)
     assert loss is True
-    _, loss = bufkern.bmm_scaled(put([], dtype), put([], dtype), 0, 1, 1, 1)
+    _, loss = bufkern.bmm_scaled(put([], dtype), put([], dtype), batch=0, m=1, n=1, p=1)
     assert loss is False
 
 
 def test_zero_inner_dimension_gives_zeros(put, dtype):
-    y = bufkern.bmm(put([], dtype), put([], dtype), 2, 3, 0, 2)
+    y = bufkern.bmm(put([], dtype), put([], dtype), batch=2, m=3, n=0, p=2)
     bkref.assert_close(y.numpy(), np.zeros((2, 3, 2)), dtype, "exact")
-    assert bufkern.bmm(put([], dtype), put([], dtype), 0, 3, 4, 2).length == 0
+    assert bufkern.bmm(put([], dtype), put([], dtype), batch=0, m=3, n=4, p=2).length == 0
 
 
 def test_rejections(put, dtype):
     a = put(np.ones(6), dtype)
     with pytest.raises(bufkern.InvalidArgumentError, match="trans_a"):
-        bufkern.bmm(a, a, 1, 2, 3, 2, trans_a=2)
+        bufkern.bmm(a, a, batch=1, m=2, n=3, p=2, trans_a=2)
     with pytest.raises(bufkern.InvalidArgumentError):
-        bufkern.bmm(a, a, 1, 2, 3, 3)
+        bufkern.bmm(a, a, batch=1, m=2, n=3, p=3)
     with pytest.raises(bufkern.InvalidArgumentError, match="scale"):
-        bufkern.bmm_scaled(a, a, 1, 2, 3, 2, scale=0.0)
+        bufkern.bmm_scaled(a, a, batch=1, m=2, n=3, p=2, scale=0.0)
     with pytest.raises(bufkern.InvalidArgumentError, match="scale"):
-        bufkern.bmm_scaled(a, a, 1, 2, 3, 2, scale=float("inf"))
+        bufkern.bmm_scaled(a, a, batch=1, m=2, n=3, p=2, scale=float("inf"))
     with pytest.raises(bufkern.InvalidArgumentError):
-        bufkern.bmm(a, a, 2**40, 2**40, 1, 1)
+        bufkern.bmm(a, a, batch=2**40, m=2**40, n=1, p=1)

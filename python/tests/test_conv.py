@@ -35,7 +35,7 @@ def test_random(put, dtype, rng, case, with_bias):
     w = rng.standard_normal(k_dims).astype(dtype)
     b = rng.standard_normal(k_dims[0]).astype(dtype) if with_bias else None
     y = bufkern.conv(put(x, dtype), put(w, dtype), put(b, dtype) if with_bias else None,
-                     in_dims, k_dims, stride, pb, pa, dil, groups)
+                     input_dims=in_dims, kernel_dims=k_dims, stride=stride, pad_before=pb, pad_after=pa, dilation=dil, groups=groups)
     ref = bkref.conv(x, w, b, in_dims, k_dims, stride, pb, pa, dil, groups)
     assert y.shape == ref.shape
     absref = bkref.conv(np.abs(x), np.abs(w), np.abs(b) if with_bias else None, in_dims, k_dims,
@@ -47,9 +47,9 @@ def test_random(put, dtype, rng, case, with_bias):
 def test_defaults_and_empty_output(put, dtype):
     x = put(np.arange(5.0), dtype)
     w = put([[[1.0, 1.0]]], dtype)
-    y = bufkern.conv(x, w, None, [1, 5], [1, 1, 2])
+    y = bufkern.conv(x, w, None, input_dims=[1, 5], kernel_dims=[1, 1, 2])
     bkref.assert_close(y.numpy(), [1, 3, 5, 7], dtype, "exact")
-    e = bufkern.conv(x, put(np.ones(6), dtype), None, [1, 5], [1, 1, 6])
+    e = bufkern.conv(x, put(np.ones(6), dtype), None, input_dims=[1, 5], kernel_dims=[1, 1, 6])
     assert e.length == 0
 
 
@@ -57,14 +57,14 @@ def test_rejections(put, dtype):
     x = put(np.zeros(8), dtype)
     w = put(np.zeros(4), dtype)
     with pytest.raises(bufkern.InvalidArgumentError, match="groups"):
-        bufkern.conv(x, w, None, [2, 4], [2, 2, 1], groups=0)
+        bufkern.conv(x, w, None, input_dims=[2, 4], kernel_dims=[2, 2, 1], groups=0)
     with pytest.raises(bufkern.InvalidArgumentError, match="stride"):
-        bufkern.conv(x, w, None, [2, 4], [2, 2, 1], stride=[0])
+        bufkern.conv(x, w, None, input_dims=[2, 4], kernel_dims=[2, 2, 1], stride=[0])
     with pytest.raises(bufkern.InvalidArgumentError, match="stride has 2 entries"):
-        bufkern.conv(x, w, None, [2, 4], [2, 2, 1], stride=[1, 1])
+        bufkern.conv(x, w, None, input_dims=[2, 4], kernel_dims=[2, 2, 1], stride=[1, 1])
     with pytest.raises(bufkern.InvalidArgumentError, match="spatial_rank"):
-        bufkern.conv(x, w, None, [2, 4], [2, 2])
+        bufkern.conv(x, w, None, input_dims=[2, 4], kernel_dims=[2, 2])
     with pytest.raises(bufkern.InvalidArgumentError):
-        bufkern.conv(x, w, None, [2, 4], [2, 2, 1], pad_before=[-1])
+        bufkern.conv(x, w, None, input_dims=[2, 4], kernel_dims=[2, 2, 1], pad_before=[-1])
     with pytest.raises(bufkern.InvalidArgumentError):
-        bufkern.conv(x, w, None, [2, 4], [2, 2, 1], groups=3)
+        bufkern.conv(x, w, None, input_dims=[2, 4], kernel_dims=[2, 2, 1], groups=3)

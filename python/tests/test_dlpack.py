@@ -21,12 +21,24 @@ def _capsule_name(capsule):
     return get(capsule)
 
 
-def test_numpy_from_dlpack_shares_memory(dtype, rng):
+def _numpy_reads_dlpack_1():
+    """Whether this numpy asks producers for DLPack 1.0 (max_version), so
+    that a read-only export can share memory with it; older ones get copies."""
+    b = bufkern.from_numpy(np.zeros(2))
+    return _ptr(np.from_dlpack(b)) == b.data_ptr
+
+
+NUMPY_DLPACK_1 = _numpy_reads_dlpack_1()
+needs_dlpack_1 = pytest.mark.skipif(not NUMPY_DLPACK_1, reason="numpy asks for DLPack 0.x: exports are copies")
+
+
+def test_numpy_from_dlpack_shares_memory_read_only(dtype, rng):
     a = rng.standard_normal(10).astype(dtype)
     b = bufkern.from_numpy(a)
     v = np.from_dlpack(b)
     assert v.dtype == dtype and v.shape == (10,)
-    assert _ptr(v) == b.data_ptr
+    assert not v.flags.writeable
+    assert (_ptr(v) == b.data_ptr) == NUMPY_DLPACK_1
     np.testing.assert_array_equal(v, a)
 
 
@@ -35,11 +47,12 @@ def test_bufkern_from_dlpack_shares_numpy_memory(dtype, rng):
     b = bufkern.from_dlpack(a)
     assert b.data_ptr == _ptr(a)
     assert b.shape == (3, 4) and b.dtype == dtype and b.device == "cpu"
-    y = bufkern.softmax(b, (3, 4), 1)
+    y = bufkern.softmax(b, dims=(3, 4), axis=1)
     np.testing.assert_allclose(y.numpy(), np.exp(a) / np.exp(a).sum(1, keepdims=True),
                                rtol=1e-5 if dtype == np.float32 else 1e-12)
 
 
+@needs_dlpack_1
 def test_round_trip_numpy_bufkern_numpy_is_copy_free():
     a = np.arange(6.0)
     back = np.from_dlpack(bufkern.from_dlpack(a))
@@ -58,20 +71,25 @@ def test_buffer_to_buffer_through_dlpack():
 def test_dlpack_device_and_capsule_name():
     b = bufkern.from_numpy(np.zeros(3))
     assert b.__dlpack_device__() == (1, 0)
-    cap = b.__dlpack__()
-    assert _capsule_name(cap) == b"dltensor"
+    cap = b.__dlpack__(max_version=(1, 0))
+    assert _capsule_name(cap) == b"dltensor_versioned"
     c = bufkern.from_dlpack(cap)  # a raw capsule is accepted
-    assert _capsule_name(cap) == b"used_dltensor"
+    assert _capsule_name(cap) == b"used_dltensor_versioned"
     assert c.data_ptr == b.data_ptr
     with pytest.raises(BufferError, match="already consumed"):
         bufkern.from_dlpack(cap)
+    legacy = b.__dlpack__()  # a consumer that cannot be told "read-only" gets a copy
+    assert _capsule_name(legacy) == b"dltensor"
+    d = bufkern.from_dlpack(legacy)
+    assert _capsule_name(legacy) == b"used_dltensor"
+    assert d.data_ptr != b.data_ptr and d.shape == (3,)
 
 
 def test_unconsumed_capsule_runs_the_deleter():
     a = np.arange(5.0)
     base = sys.getrefcount(a)
     b = bufkern.from_dlpack(a)  # holds numpy's tensor, hence a reference to a
-    cap = b.__dlpack__()  # holds a reference to the buffer
+    cap = b.__dlpack__(max_version=(1, 0))  # holds a reference to the buffer
     b.close()
     gc.collect()
     assert sys.getrefcount(a) == base + 1
@@ -80,6 +98,7 @@ def test_unconsumed_capsule_runs_the_deleter():
     assert sys.getrefcount(a) == base
 
 
+@needs_dlpack_1
 def test_consumed_capsule_is_owned_by_the_consumer():
     a = np.arange(5.0)
     base = sys.getrefcount(a)
@@ -119,6 +138,7 @@ def test_transposed_unit_extent_strides_are_accepted():
     np.testing.assert_array_equal(b.numpy().reshape(-1), np.arange(4.0))
 
 
+@needs_dlpack_1
 def test_export_options():
     b = bufkern.from_numpy(np.arange(4.0))
     same = np.from_dlpack(b, copy=False)
@@ -130,7 +150,8 @@ def test_export_options():
     c = bufkern.from_dlpack(cap)
     assert c.data_ptr != b.data_ptr
     cap = b.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
-    assert _capsule_name(cap) == b"dltensor"
+    assert _capsule_name(cap) == b"dltensor_versioned"
+    assert _capsule_name(b.__dlpack__(max_version=(0, 8))) == b"dltensor"
     with pytest.raises(BufferError):
         b.__dlpack__(dl_device=(2, 0), copy=False)
     with pytest.raises(BufferError):

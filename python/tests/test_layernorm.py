@@ -19,7 +19,7 @@ def test_spec_example(put, dtype):
                                        [-1.485206, 1.279428, 0.188305, -0.087365]], dtype)
     bkref.assert_example(inv.numpy(), [8.940696, 3.494603], dtype)
     dx, dgamma, dbeta = bufkern.layernorm_backward(put(np.ones((2, 4)), dtype), norm, inv,
-                                                   put(GAMMA, dtype), 2, 4)
+                                                   put(GAMMA, dtype), rows=2, cols=4)
     assert dx.shape == (2, 4) and dgamma.shape == (4,) and dbeta.shape == (4,)
     bkref.assert_example(dx.numpy(), [[0.178671, -0.358057, 0.715399, -0.536013],
                                       [-0.136033, -0.229431, 0.373466, -0.008002]], dtype)
@@ -32,7 +32,7 @@ def test_random(put, dtype, rng, rows, cols):
     x = (rng.standard_normal((rows, cols)) * 3 + 1).astype(dtype)
     g = rng.standard_normal(cols).astype(dtype)
     b = rng.standard_normal(cols).astype(dtype)
-    out, norm, inv = bufkern.layernorm_forward(put(x, dtype), put(g, dtype), put(b, dtype), rows, cols,
+    out, norm, inv = bufkern.layernorm_forward(put(x, dtype), put(g, dtype), put(b, dtype), rows=rows, cols=cols,
                                                eps=1e-3)
     r_out, r_norm, r_inv = bkref.layernorm_forward(x, g, b, 1e-3)
     bkref.assert_close(norm.numpy(), r_norm, dtype, "red", scale=max(1.0, np.abs(r_norm).max()))
@@ -40,7 +40,7 @@ def test_random(put, dtype, rng, rows, cols):
                        scale=(np.abs(r_norm) * np.abs(g) + np.abs(b)).max())
     bkref.assert_close(inv.numpy(), r_inv, dtype, "red")
     dout = rng.standard_normal((rows, cols)).astype(dtype)
-    dx, dg, db = bufkern.layernorm_backward(put(dout, dtype), norm, inv, put(g, dtype), rows, cols)
+    dx, dg, db = bufkern.layernorm_backward(put(dout, dtype), norm, inv, put(g, dtype), rows=rows, cols=cols)
     n64, i64 = norm.numpy(), inv.numpy()
     r_dx, r_dg, r_db = bkref.layernorm_backward(dout, n64, i64, g)
     gabs = np.abs(dout) * np.abs(g)
@@ -54,9 +54,9 @@ def test_random(put, dtype, rng, rows, cols):
 def test_empty_rows(put, dtype):
     e = put(np.zeros(0), dtype)
     g = put(np.ones(3), dtype)
-    out, norm, inv = bufkern.layernorm_forward(e, g, g, 0, 3)
+    out, norm, inv = bufkern.layernorm_forward(e, g, g, rows=0, cols=3)
     assert out.length == norm.length == inv.length == 0
-    dx, dg, db = bufkern.layernorm_backward(e, e, e, g, 0, 3)
+    dx, dg, db = bufkern.layernorm_backward(e, e, e, g, rows=0, cols=3)
     assert dx.length == 0
     bkref.assert_close(dg.numpy(), [0, 0, 0], dtype, "exact")
     bkref.assert_close(db.numpy(), [0, 0, 0], dtype, "exact")
@@ -66,15 +66,15 @@ def test_rejections(put, dtype):
     x = put(np.zeros(8), dtype)
     g = put(np.ones(4), dtype)
     with pytest.raises(bufkern.InvalidArgumentError, match="eps"):
-        bufkern.layernorm_forward(x, g, g, 2, 4, eps=-1.0)
+        bufkern.layernorm_forward(x, g, g, rows=2, cols=4, eps=-1.0)
     with pytest.raises(bufkern.InvalidArgumentError, match="eps"):
-        bufkern.layernorm_forward(x, g, g, 2, 4, eps=float("nan"))
+        bufkern.layernorm_forward(x, g, g, rows=2, cols=4, eps=float("nan"))
     with pytest.raises(bufkern.InvalidArgumentError, match="cols"):
-        bufkern.layernorm_forward(put([], dtype), put([], dtype), put([], dtype), 2, 0)
+        bufkern.layernorm_forward(put([], dtype), put([], dtype), put([], dtype), rows=2, cols=0)
     with pytest.raises(bufkern.InvalidArgumentError):
-        bufkern.layernorm_forward(x, put(np.ones(3), dtype), g, 2, 4)
+        bufkern.layernorm_forward(x, put(np.ones(3), dtype), g, rows=2, cols=4)
     with pytest.raises(bufkern.InvalidArgumentError, match="cols"):
         bufkern.layernorm_backward(put([], dtype), put([], dtype), put(np.ones(2), dtype),
-                                   put([], dtype), 2, 0)
+                                   put([], dtype), rows=2, cols=0)
     with pytest.raises(TypeError, match="eps"):
-        bufkern.layernorm_forward(x, g, g, 2, 4, eps="small")
+        bufkern.layernorm_forward(x, g, g, rows=2, cols=4, eps="small")

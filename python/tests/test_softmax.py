@@ -19,29 +19,29 @@ def test_spec_example(put, dtype):
                                        ((3, 2, 4, 5), 3)])
 def test_random(put, dtype, rng, dims, axis):
     a = rng.standard_normal(dims) * 4
-    y = bufkern.softmax(put(a, dtype), dims, axis)
+    y = bufkern.softmax(put(a, dtype), dims=dims, axis=axis)
     bkref.assert_close(y.numpy(), bkref.softmax(a.astype(dtype), axis), dtype, "red", scale=1.0)
 
 
 def test_ieee_cases(put, dtype):
     a = np.array([[np.nan, 1.0], [np.inf, 0.0], [-np.inf, -np.inf], [-np.inf, 2.0]])
-    y = bufkern.softmax(put(a, dtype), (4, 2), 1).numpy()
+    y = bufkern.softmax(put(a, dtype), dims=(4, 2), axis=1).numpy()
     assert np.isnan(y[:3]).all()
     np.testing.assert_array_equal(y[3], [0.0, 1.0])
 
 
 def test_empty(put, dtype):
-    y = bufkern.softmax(put(np.zeros((3, 0)), dtype), (3, 0), 1)
+    y = bufkern.softmax(put(np.zeros((3, 0)), dtype), dims=(3, 0), axis=1)
     assert y.length == 0
 
 
 def test_rejections(put, dtype):
     x = put(np.zeros(6), dtype)
     with pytest.raises(bufkern.InvalidArgumentError, match="axis"):
-        bufkern.softmax(x, (2, 3), -1)
+        bufkern.softmax(x, dims=(2, 3), axis=2)
     with pytest.raises(bufkern.InvalidArgumentError, match="rank"):
-        bufkern.softmax(x, (), 0)
+        bufkern.softmax(x, dims=(), axis=0)
     with pytest.raises(bufkern.InvalidArgumentError):
-        bufkern.softmax(x, (2, 4), 1)
+        bufkern.softmax(x, dims=(2, 4), axis=1)
     with pytest.raises(bufkern.InvalidArgumentError):
-        bufkern.softmax(x, [1] * 17, 0)
+        bufkern.softmax(x, dims=[1] * 17, axis=0)
