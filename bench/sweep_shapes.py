@@ -314,6 +314,29 @@ def conv_out(s):
                                          s["stride"])]
 
 
+def plot_x(s):
+    """(name, value) of the extent a plot sets the fraction of copy against: the row width for
+    the row and index families, the reduced length for the axis family, the innermost output
+    extent for broadcasts and swaps, the length for vectors and FFTs, the state width for
+    scans, C_in for convolutions (as the C harness reports it)."""
+    p, f = s.prim, s.family
+    if f in ("row", "index"):
+        return "cols", s["cols"]
+    if p in ("broadcast_to", "broadcast_adjoint"):
+        return "inner", s["out"][-1]
+    if p == "swap_adjacent":
+        return "inner", s["dims"][-1]
+    if p == "slice":
+        return "len", s["len"]
+    if p == "concat":
+        return "n+m", s["n"] + s["m"]
+    if f == "scan":
+        return "S", s["S"]
+    if f == "conv":
+        return "cin", s["cin"]
+    return "n", s["n"]
+
+
 def selected(prim, family, families):
     return not families or prim in families or family in families
 
