@@ -27,6 +27,8 @@ import statistics
 import sys
 from pathlib import Path
 
+import sweep_shapes
+
 
 def bench_table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
@@ -185,13 +187,8 @@ def sweep_table(shapes, copies):
 
 
 def sweep_plots(shapes, directory):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        print(f"plots skipped: matplotlib is not importable ({exc})", file=sys.stderr)
+    plt = sweep_shapes.pyplot()
+    if plt is None:
         return []
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)

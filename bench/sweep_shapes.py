@@ -370,6 +370,20 @@ def parse_families(text):
     return set(names)
 
 
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None (with a message) when matplotlib is not
+    installed: the benchmarks' plots are optional."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        print(f"plots skipped: matplotlib is not importable ({exc})", file=sys.stderr)
+        return None
+    return plt
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="Print the sweep's shapes for a seed.")
     p.add_argument("--seed", type=int, required=True)

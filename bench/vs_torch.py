@@ -1096,13 +1096,8 @@ def write_markdown(path, meta, results, latency):
 
 
 def write_plots(directory, meta, results):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        print(f"plots skipped: matplotlib is not importable ({exc})", file=sys.stderr)
+    plt = sweep_shapes.pyplot()
+    if plt is None:
         return []
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -1177,31 +1172,20 @@ def write_plots(directory, meta, results):
 # ---------------------------------------------------------------------------
 
 # The primitives of the sweep whose ATen composition is one of the cases above: the family of
-# that case, and how a drawn shape gives its dims.
+# that case, and the drawn fields that are its dims, in order.
+RC = ("rows", "cols")
 SWEEP_TEMPLATES = {
-    "softmax": ("softmax", lambda s: (s["rows"], s["cols"])),
-    "masked_softmax": ("masked_softmax", lambda s: (s["rows"], s["cols"])),
-    "rows_sum": ("rows_sum", lambda s: (s["rows"], s["cols"])),
-    "rows_max": ("rows_max", lambda s: (s["rows"], s["cols"])),
-    "first_max_mask": ("first_max_mask", lambda s: (s["rows"], s["cols"])),
-    "topk_mask": ("topk_mask", lambda s: (s["rows"], s["cols"], s["k"])),
-    "layernorm_fwd": ("layernorm_fwd", lambda s: (s["rows"], s["cols"])),
-    "layernorm_bwd": ("layernorm_vjp", lambda s: (s["rows"], s["cols"])),
-    "xent_weighted": ("xent_weighted", lambda s: (s["rows"], s["cols"])),
-    "xent_teacher_loss": ("xent_teacher", lambda s: (s["rows"], s["cols"])),
-    "xent_teacher_grad": ("xent_teacher_grad", lambda s: (s["rows"], s["cols"])),
-    "softmax_mid": ("softmax_mid", lambda s: (s["outer"], s["n"], s["inner"])),
-    "sum_axis": ("sum_axis", lambda s: (s["outer"], s["n"], s["inner"])),
-    "slice": ("slice", lambda s: (s["n"], s["start"], s["len"])),
-    "concat": ("concat", lambda s: (s["n"], s["m"])),
-    "gather": ("gather", lambda s: (s["k"], s["rows"], s["cols"])),
-    "scatter_add": ("scatter_add", lambda s: (s["k"], s["rows"], s["cols"])),
-    "scan_diag": ("scan_shared", lambda s: (s["T"], s["S"])),
-    "scan_diag_var": ("scan_var", lambda s: (s["T"], s["S"])),
-    "scan_diag_bwd": ("scan_shared_bwd", lambda s: (s["T"], s["S"])),
-    "scan_diag_var_bwd": ("scan_var_bwd", lambda s: (s["T"], s["S"])),
-    "rfft": ("rfft", lambda s: (s["batch"], s["n"])),
-    "irfft": ("irfft", lambda s: (s["batch"], s["n"])),
+    "softmax": ("softmax", RC), "masked_softmax": ("masked_softmax", RC), "rows_sum": ("rows_sum", RC),
+    "rows_max": ("rows_max", RC), "first_max_mask": ("first_max_mask", RC),
+    "topk_mask": ("topk_mask", RC + ("k",)), "layernorm_fwd": ("layernorm_fwd", RC),
+    "layernorm_bwd": ("layernorm_vjp", RC), "xent_weighted": ("xent_weighted", RC),
+    "xent_teacher_loss": ("xent_teacher", RC), "xent_teacher_grad": ("xent_teacher_grad", RC),
+    "softmax_mid": ("softmax_mid", ("outer", "n", "inner")), "sum_axis": ("sum_axis", ("outer", "n", "inner")),
+    "slice": ("slice", ("n", "start", "len")), "concat": ("concat", ("n", "m")),
+    "gather": ("gather", ("k",) + RC), "scatter_add": ("scatter_add", ("k",) + RC),
+    "scan_diag": ("scan_shared", ("T", "S")), "scan_diag_var": ("scan_var", ("T", "S")),
+    "scan_diag_bwd": ("scan_shared_bwd", ("T", "S")), "scan_diag_var_bwd": ("scan_var_bwd", ("T", "S")),
+    "rfft": ("rfft", ("batch", "n")), "irfft": ("irfft", ("batch", "n")),
 }
 
 
@@ -1329,8 +1313,8 @@ def sweep_cases(shapes, dtype):
         if s.prim not in SWEEP_TEMPLATES:
             cases.append(_sweep_new_case(s, dtype, name))
             continue
-        fam, dims_of = SWEEP_TEMPLATES[s.prim]
-        t, dims = templates[fam], dims_of(s)
+        fam, keys = SWEEP_TEMPLATES[s.prim]
+        t, dims = templates[fam], tuple(s[k] for k in keys)
         ref = _topk_exact if s.prim == "topk_mask" else t.ref_fn
         cases.append(Case(name, t.family, dims, dims, t.make_fn, t.aten_fn, t.bk_fn, check=t.check,
                           bytes=t.bytes_fn, flops=t.flops_fn, ref=ref, scale=t.scale_fn, n=t.n_fn,

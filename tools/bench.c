@@ -42,6 +42,8 @@
 
 int bk_tool_bench(int argc, char **argv);
 int bk_tool_bench_sweep(int argc, char **argv);
+/* Writes s to f as a JSON string literal, quotes and escapes included. */
+void bk_tool_json_string(FILE *f, const char *s);
 
 #if defined(__GNUC__) || defined(__clang__)
 #define BENCH_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -314,7 +316,7 @@ static bk_status time_calls(bench *b, const bcase *c, bk_buffer *sets[][MAX_INPU
 
 /* ---- reporting ---------------------------------------------------------------------- */
 
-static void json_str(FILE *f, const char *s) {
+void bk_tool_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     if (*s == '"' || *s == '\\')
@@ -332,9 +334,9 @@ static void report_status(bench *b, const char *name, bk_status st) {
   fflush(stdout);
   if (b->json) {
     fprintf(b->json, "{\"case\": ");
-    json_str(b->json, name);
+    bk_tool_json_string(b->json, name);
     fprintf(b->json, ", \"status\": %d, \"error\": ", (int)st);
-    json_str(b->json, bk_last_error());
+    bk_tool_json_string(b->json, bk_last_error());
     fprintf(b->json, "}\n");
     fflush(b->json);
   }
@@ -366,7 +368,7 @@ static void report(bench *b, const char *name, double ms, double bytes, double f
   fflush(stdout);
   if (b->json) {
     fprintf(b->json, "{\"case\": ");
-    json_str(b->json, name);
+    bk_tool_json_string(b->json, name);
     fprintf(b->json, ", \"status\": 0, \"ms\": %.6g", ms);
     if (latency) fprintf(b->json, ", \"us_per_call\": %.6g", 1e3 * ms);
     if (gbs > 0) fprintf(b->json, ", \"gbs\": %.6g, \"bytes\": %.0f", gbs, bytes);

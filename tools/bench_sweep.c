@@ -62,6 +62,8 @@
 #include <unistd.h>
 
 int bk_tool_bench_sweep(int argc, char **argv);
+/* Writes s to f as a JSON string literal (bench.c). */
+void bk_tool_json_string(FILE *f, const char *s);
 
 #if defined(__GNUC__) || defined(__clang__)
 #define SWEEP_PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -820,19 +822,6 @@ static bk_status time_shape(sweep *b, const shape *s, bk_buffer *sets[][MAX_IN],
   return BK_OK;
 }
 
-static void json_text(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\')
-      fprintf(f, "\\%c", *s);
-    else if ((unsigned char)*s < 0x20)
-      fprintf(f, "\\u%04x", (unsigned)(unsigned char)*s);
-    else
-      fputc(*s, f);
-  }
-  fputc('"', f);
-}
-
 static void report(sweep *b, const shape *s, bk_status st, double ms, int calls, int nsets) {
   text t = {{0}, 0};
   fields(s, &t);
@@ -853,7 +842,7 @@ static void report(sweep *b, const shape *s, bk_status st, double ms, int calls,
           prims[s->prim].name, prims[s->prim].family, dtn(s->dt));
   fprintf(b->json, "\"class\": \"%s\", \"index\": %d, \"shape\": ", class_names[s->klass],
           s->index);
-  json_text(b->json, t.buf + (t.len > 0));
+  bk_tool_json_string(b->json, t.buf + (t.len > 0));
   fprintf(b->json, ", \"x\": %" PRId64 ", \"x_name\": \"%s\", \"bytes\": %.0f", x, xname, bytes);
   if (s->prim == P_CONV) fprintf(b->json, ", \"flops\": %.0f", conv_flops(s));
   if (st == BK_OK)
@@ -863,7 +852,7 @@ static void report(sweep *b, const shape *s, bk_status st, double ms, int calls,
             ms, gbs, frac, calls, RUNS, nsets);
   else {
     fprintf(b->json, ", \"status\": %d, \"error\": ", (int)st);
-    json_text(b->json, bk_last_error());
+    bk_tool_json_string(b->json, bk_last_error());
     fprintf(b->json, "}\n");
   }
   fflush(b->json);
