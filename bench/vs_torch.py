@@ -1235,7 +1235,8 @@ def _conv_pads(pb, pa):
 
 def _sweep_new_case(s, dtype, name):
     """The primitives whose sweep geometry no fixed case covers: general broadcasts, swaps of any
-    rank, the unnormalized inverse FFT, convolutions of 1-3 spatial axes."""
+    rank, the unnormalized inverse FFT, convolutions of 1-3 spatial axes. The geometry goes to
+    bufkern by keyword, with flat inputs where a geometry is given."""
     p = s.prim
     if p in ("broadcast_to", "broadcast_adjoint"):
         ind, outd, amap = tuple(s["in"]), tuple(s["out"]), tuple(s["map"])
@@ -1245,11 +1246,13 @@ def _sweep_new_case(s, dtype, name):
                         make=lambda rt, dt: {"x": rt.randn((_prod(ind),), dt)},
                         aten=lambda rt, i: _broadcast_view(i["x"], ind, outd, amap).expand(outd)
                         .contiguous().reshape(-1),
-                        bk=lambda rt, ctx, b: bufkern.broadcast_to(b["x"], ind, outd, amap, ctx=ctx))
+                        bk=lambda rt, ctx, b: bufkern.broadcast_to(b["x"], in_dims=ind, out_dims=outd,
+                                                                    axis_map=amap, ctx=ctx))
         return Case(name, p, (), (), dtype=dtype, perf=False, bytes=bytes_,
                     make=lambda rt, dt: {"g": rt.randn((_prod(outd),), dt)},
                     aten=lambda rt, i: _broadcast_adjoint_aten(i["g"], ind, outd, amap).reshape(-1),
-                    bk=lambda rt, ctx, b: bufkern.broadcast_to_adjoint(b["g"], ind, outd, amap, ctx=ctx),
+                    bk=lambda rt, ctx, b: bufkern.broadcast_to_adjoint(b["g"], in_dims=ind, out_dims=outd,
+                                                                        axis_map=amap, ctx=ctx),
                     scale=lambda rt, i, ref: rt.max_abs(
                         _broadcast_adjoint_aten(abs(i["g"]), ind, outd, amap)) if rt.is_torch
                     else rt.max_abs(ref))
@@ -1257,15 +1260,15 @@ def _sweep_new_case(s, dtype, name):
         dims, d = tuple(s["dims"]), s["depth"]
         return Case(name, p, (), (), dtype=dtype, perf=False, check="exact",
                     bytes=lambda es: 2 * _prod(dims) * es,
-                    make=lambda rt, dt: {"x": rt.randn(dims, dt)},
-                    aten=lambda rt, i: i["x"].transpose(d, d + 1).contiguous(),
-                    bk=lambda rt, ctx, b: bufkern.swap_adjacent(b["x"], dims, d, ctx=ctx))
+                    make=lambda rt, dt: {"x": rt.randn((_prod(dims),), dt)},
+                    aten=lambda rt, i: i["x"].reshape(dims).transpose(d, d + 1).contiguous(),
+                    bk=lambda rt, ctx, b: bufkern.swap_adjacent(b["x"], dims=dims, depth=d, ctx=ctx))
     if p == "irfft_unnormalized":
         return Case(name, p, (s["batch"], s["n"]), (s["batch"], s["n"]), dtype=dtype, perf=False,
                     make=lambda rt, dt, Bt, N: {"s": rt.rfft_packed(rt.randn((Bt, N), dt))},
                     aten=lambda rt, i, Bt, N: torch.fft.irfft(torch.view_as_complex(i["s"]), n=N, dim=-1,
                                                               norm="forward"),
-                    bk=lambda rt, ctx, b, Bt, N: bufkern.irfft_unnormalized(b["s"], Bt, N, ctx=ctx),
+                    bk=lambda rt, ctx, b, Bt, N: bufkern.irfft_unnormalized(b["s"], batch=Bt, n=N, ctx=ctx),
                     check="contract", n=lambda Bt, N: N,
                     scale=lambda rt, i, ref, Bt, N: rt.max_abs(abs(i["s"]).sum((-1, -2))) * 2,
                     bytes=lambda es, Bt, N: (Bt * N + Bt * (N // 2 + 1) * 2) * es)
@@ -1293,8 +1296,9 @@ def _sweep_conv_case(s, dtype, name):
         return conv(F.pad(x, _conv_pads(pb, pa)), w, b, stride=st, dilation=dil, groups=g)
 
     return Case(name, "conv", (), (), dtype=dtype, perf=False, make=make, aten=aten,
-                bk=lambda rt, ctx, b: bufkern.conv(b["x"], b["w"], b["bias"], idims, kdims, st, pb, pa,
-                                                   dil, groups=g, ctx=ctx),
+                bk=lambda rt, ctx, b: bufkern.conv(b["x"], b["w"], b["bias"], input_dims=idims, kernel_dims=kdims,
+                                                   stride=st, pad_before=pb, pad_after=pa, dilation=dil,
+                                                   groups=g, ctx=ctx),
                 check="contract", n=lambda: cin // g * prodk,
                 scale=lambda rt, i, ref: rt.max_abs(aten(rt, i, True)) if rt.is_torch else rt.max_abs(ref),
                 bytes=lambda es: (nb * cin * _prod(sp) + nb * cout * _prod(out) + cout * (cin // g) * prodk
