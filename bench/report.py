@@ -1,28 +1,47 @@
 #!/usr/bin/env python3
 """Writes the measured tables of docs/PERFORMANCE.md from a benchmark run.
 
-Inputs: the JSON lines of `bufkern bench --json` (the C harness: every PERF.md case, f32 and
-f64) and the JSON of `bench/vs_torch.py --json` (bufkern and ATen side by side in one process).
-Prints markdown to standard output; the prose around it lives in docs/PERFORMANCE.md.
+Inputs: the JSON lines of `bufkern bench --json` (the C harness: every fixed case, f32 and
+f64) and the JSON of `bench/vs_torch.py --json` (bufkern and ATen side by side in one process);
+for the sweep, the JSON lines of `bufkern bench --sweep --json` and the JSON of
+`bench/vs_torch.py --sweep --json` (each option may be given once per file, e.g. one file per
+dtype or family). Prints markdown to standard output; the prose around it lives in
+docs/PERFORMANCE.md.
 
     python3 bench/report.py --bench bench.jsonl --vs vs.json > tables.md
+    python3 bench/report.py --sweep-bench sweep-f32.jsonl --sweep-bench sweep-f64.jsonl \
+        --sweep-vs vs-sweep-f32.json --sweep-vs vs-sweep-f64.json --plots plots > sweep.md
+
+The sweep summary gives, per primitive and dtype, the minimum, median and geometric mean of the
+fraction of the same-run copy bandwidth (from the C harness when given, else from the bufkern
+side of vs_torch.py) and of the speedup over ATen's composition (ATen's time over bufkern's,
+same process), the minimum fraction of copy where the plotted extent (row width for the row
+family) is at least 4096, and how many shapes were slower than ATen. --plots writes, per
+primitive and dtype, the fraction of copy against that extent (matplotlib; skipped with a
+message when it is not installed).
 """
 import argparse
 import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import sweep_shapes
 
 
 def bench_table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     copy = next((r["copy_gbs"] for r in rows if r.get("copy_gbs")), None)
     out = [f"Same-run device copy bandwidth: **{copy:.0f} GB/s** (1 GiB, bytes read + written).", "",
-           "| case | ms | GB/s or TFLOP/s | % of copy | ATen ms (PERF.md) | speedup |",
-           "|---|---|---|---|---|---|"]
+           "| case | ms | GB/s or TFLOP/s | % of copy |",
+           "|---|---|---|---|"]
     for r in rows:
         name = r["case"]
         if name.startswith("sweep_") or name == "copy_1GiB":
             continue
         if r.get("status", 0) != 0:
-            out.append(f"| {name} | failed ({r['status']}) | | | | |")
+            out.append(f"| {name} | failed ({r['status']}) | | |")
             continue
         if "us_per_call" in r:
             rate, pct = f"{r['us_per_call']:.2f} us/call", ""
@@ -30,9 +49,7 @@ def bench_table(path):
             rate, pct = f"{r['tflops']:.1f} TFLOP/s", ""
         else:
             rate, pct = f"{r['gbs']:.0f} GB/s", f"{r['pct_copy']:.0f}%"
-        aten = f"{r['aten_ms']:.3f}" if r.get("aten_ms") else "-"
-        speed = f"{r['speedup']:.2f}x" if r.get("speedup") else ""
-        out.append(f"| {name} | {r['ms']:.3f} | {rate} | {pct} | {aten} | {speed} |")
+        out.append(f"| {name} | {r['ms']:.3f} | {rate} | {pct} |")
     sweep = [r for r in rows if r["case"].startswith("sweep_") and r.get("status", 0) == 0]
     if sweep:
         out += ["", "Row-width sweep (about 256 MB per input, f32): % of copy bandwidth", "",
@@ -82,10 +99,136 @@ def vs_table(path):
     return "\n".join(out)
 
 
+def _key(primitive, dtype, klass, index):
+    return (primitive, dtype, klass, int(index))
+
+
+def load_sweep(bench_paths, vs_paths):
+    """Shapes keyed by (primitive, dtype, class, index): the C harness's fraction of copy and the
+    same-process ATen comparison, merged; plus the copy bandwidths of the runs."""
+    shapes, copies = {}, []
+    for path in bench_paths:
+        for line in open(path):
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if "copy_gbs" in r and "primitive" not in r:
+                copies.append(("bench " + Path(path).name, r["copy_gbs"]))
+            if "primitive" not in r:
+                continue
+            d = shapes.setdefault(_key(r["primitive"], r["dtype"], r["class"], r["index"]), {})
+            d.update({"shape": r["shape"], "x": r["x"], "x_name": r["x_name"]})
+            d["ok"] = d.get("ok", True) and r["status"] == 0
+            if r["status"] == 0:
+                d["frac_copy"] = r["frac_copy"]
+    for path in vs_paths:
+        data = json.load(open(path))
+        copies.append(("vs_torch " + Path(path).name, data["meta"]["copy_gbs"]))
+        for r in data["shapes"]:
+            d = shapes.setdefault(_key(r["primitive"], r["dtype"], r["class"], r["index"]), {})
+            d.setdefault("shape", r["shape"])
+            d.setdefault("x", r["x"])
+            d.setdefault("x_name", r["x_name"])
+            d["ok"] = d.get("ok", True) and r["status"] == "ok"
+            if r["status"] != "ok":
+                continue
+            d.setdefault("frac_copy", r.get("bk_frac_copy"))
+            d["vs_frac_copy"] = r.get("bk_frac_copy")
+            d["aten_frac_copy"] = r.get("aten_frac_copy")
+            d["speedup"] = r.get("speedup")
+    return shapes, copies
+
+
+def _stats(v):
+    v = [x for x in v if x is not None and x > 0]
+    if not v:
+        return None
+    return min(v), statistics.median(v), math.exp(sum(math.log(x) for x in v) / len(v))
+
+
+def _pct3(t):
+    return " | ".join(f"{100 * x:.0f}%" for x in t) if t else " | ".join(["", "", ""]).strip()
+
+
+def sweep_table(shapes, copies):
+    out = ["Same-run copy bandwidth: " + "; ".join(f"{name} {gbs:.0f} GB/s" for name, gbs in copies) + ".",
+           "", "| primitive | dtype | shapes (large + medium) | failed | % of copy: min | median | geomean "
+           "| min where x >= 4096 | speedup over ATen: min | median | geomean | slower than ATen |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    groups = {}
+    for (prim, dtype, klass, _), d in shapes.items():
+        groups.setdefault((prim, dtype), []).append((klass, d))
+    order = list(dict.fromkeys(p for p, _, _, _ in shapes))
+    for prim in order:
+        for dtype in ("f32", "f64"):
+            rows = groups.get((prim, dtype))
+            if not rows:
+                continue
+            large = sum(1 for k, _ in rows if k == "large")
+            failed = sum(1 for _, d in rows if not d.get("ok", True))
+            fc = _stats([d.get("frac_copy") for _, d in rows])
+            wide = _stats([d.get("frac_copy") for _, d in rows if d.get("x", 0) >= 4096])
+            sp = _stats([d.get("speedup") for _, d in rows])
+            timed = [d["speedup"] for _, d in rows if d.get("speedup") is not None]
+            slower = sum(1 for x in timed if x < 1)
+            spc = " | ".join(f"{x:.2f}x" for x in sp) if sp else " | ".join(["", "", ""]).strip()
+            out.append(f"| {prim} | {dtype} | {large} + {len(rows) - large} | {failed} | {_pct3(fc)} | "
+                       f"{'' if not wide else f'{100 * wide[0]:.0f}%'} | {spc} | "
+                       f"{f'{slower} of {len(timed)}' if timed else ''} |")
+    worst = sorted(((d["frac_copy"], k, d) for k, d in shapes.items() if d.get("frac_copy")),
+                   key=lambda t: t[0])[:10]
+    if worst:
+        out += ["", "The ten shapes furthest from the copy bandwidth:", "",
+                "| primitive | dtype | class | shape | % of copy | speedup over ATen |", "|---|---|---|---|---|---|"]
+        for frac, (prim, dtype, klass, _), d in worst:
+            sp = f"{d['speedup']:.2f}x" if d.get("speedup") else ""
+            out.append(f"| {prim} | {dtype} | {klass} | `{d['shape']}` | {100 * frac:.0f}% | {sp} |")
+    return "\n".join(out)
+
+
+def sweep_plots(shapes, directory):
+    plt = sweep_shapes.pyplot()
+    if plt is None:
+        return []
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    groups = {}
+    for (prim, dtype, klass, _), r in shapes.items():
+        groups.setdefault((prim, dtype), []).append((klass, r))
+    written = []
+    for (prim, dtype), rows in groups.items():
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for klass, marker in (("large", "o"), ("medium", "^")):
+            for key, label, color in (("frac_copy", "bufkern", "C0"), ("aten_frac_copy", "ATen", "C1")):
+                pts = [(r["x"], 100 * r[key]) for k, r in rows if k == klass and r.get(key)]
+                if pts:
+                    ax.scatter(*zip(*pts), marker=marker, color=color, s=18, label=f"{label}, {klass}")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(rows[0][1].get("x_name", "x"))
+        ax.set_ylabel("% of copy bandwidth")
+        ax.set_ylim(bottom=0)
+        ax.axhline(90, color="gray", lw=0.8, ls=":")
+        ax.axhline(80, color="gray", lw=0.8, ls="--")
+        ax.set_title(f"{prim} ({dtype}) at the sweep's shapes")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        p = d / f"sweep_{prim}_{dtype}.png"
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        written.append(str(p))
+    return written
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", help="JSON lines from `bufkern bench --json`")
     ap.add_argument("--vs", help="JSON from bench/vs_torch.py --json")
+    ap.add_argument("--sweep-bench", action="append", default=[],
+                    help="JSON lines from `bufkern bench --sweep --json` (repeatable)")
+    ap.add_argument("--sweep-vs", action="append", default=[],
+                    help="JSON from bench/vs_torch.py --sweep --json (repeatable)")
+    ap.add_argument("--plots", help="with the sweep: write PNG plots into this directory")
     a = ap.parse_args()
     if a.bench:
         print("### `bufkern bench` (C harness, CUDA events)\n")
@@ -94,6 +237,14 @@ def main():
     if a.vs:
         print("### Side by side with ATen (`bench/vs_torch.py`)\n")
         print(vs_table(a.vs))
+        print()
+    if a.sweep_bench or a.sweep_vs:
+        shapes, copies = load_sweep(a.sweep_bench, a.sweep_vs)
+        print("### At shapes drawn at random (`bufkern bench --sweep`, `bench/vs_torch.py --sweep`)\n")
+        print(sweep_table(shapes, copies))
+        if a.plots:
+            for p in sweep_plots(shapes, a.plots):
+                print(f"plot: {p}", file=sys.stderr)
 
 
 if __name__ == "__main__":

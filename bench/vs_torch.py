@@ -36,6 +36,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import platform
 import re
 import sys
@@ -50,6 +51,9 @@ try:
 except ImportError:  # run from the repository without installing the binding
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
     import bufkern
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sweep_shapes  # noqa: E402  (the sweep's shape generator, shared with the C harness)
 
 torch = None  # imported in main() unless --dry-run
 F = None
@@ -957,7 +961,7 @@ def run_case(rt, case, args, copy_gbs):
         return res
 
     warm, reps = (2, 5) if args.quick else (3, args.repeats)
-    target = 0.5 if args.quick else 2.0
+    target = getattr(args, "sample_ms", None) or (0.5 if args.quick else 2.0)
 
     def bk_call(k):
         return case.bk_fn(rt, rt.ctx, bsets[k % nrot], *dims)
@@ -1092,13 +1096,8 @@ def write_markdown(path, meta, results, latency):
 
 
 def write_plots(directory, meta, results):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        print(f"plots skipped: matplotlib is not importable ({exc})", file=sys.stderr)
+    plt = sweep_shapes.pyplot()
+    if plt is None:
         return []
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
@@ -1169,6 +1168,227 @@ def write_plots(directory, meta, results):
 
 
 # ---------------------------------------------------------------------------
+# Sweep: the shapes of `bufkern bench --sweep`, both sides in one process
+# ---------------------------------------------------------------------------
+
+# The primitives of the sweep whose ATen composition is one of the cases above: the family of
+# that case, and the drawn fields that are its dims, in order.
+RC = ("rows", "cols")
+SWEEP_TEMPLATES = {
+    "softmax": ("softmax", RC), "masked_softmax": ("masked_softmax", RC), "rows_sum": ("rows_sum", RC),
+    "rows_max": ("rows_max", RC), "first_max_mask": ("first_max_mask", RC),
+    "topk_mask": ("topk_mask", RC + ("k",)), "layernorm_fwd": ("layernorm_fwd", RC),
+    "layernorm_bwd": ("layernorm_vjp", RC), "xent_weighted": ("xent_weighted", RC),
+    "xent_teacher_loss": ("xent_teacher", RC), "xent_teacher_grad": ("xent_teacher_grad", RC),
+    "softmax_mid": ("softmax_mid", ("outer", "n", "inner")), "sum_axis": ("sum_axis", ("outer", "n", "inner")),
+    "slice": ("slice", ("n", "start", "len")), "concat": ("concat", ("n", "m")),
+    "gather": ("gather", ("k",) + RC), "scatter_add": ("scatter_add", ("k",) + RC),
+    "scan_diag": ("scan_shared", ("T", "S")), "scan_diag_var": ("scan_var", ("T", "S")),
+    "scan_diag_bwd": ("scan_shared_bwd", ("T", "S")), "scan_diag_var_bwd": ("scan_var_bwd", ("T", "S")),
+    "rfft": ("rfft", ("batch", "n")), "irfft": ("irfft", ("batch", "n")),
+}
+
+
+def _prod(v):
+    p = 1
+    for x in v:
+        p *= x
+    return p
+
+
+def _topk_exact(rt, i, R, C, k):
+    """The top-k mask with the contract's ties (the lower index wins), from torch.topk's k-th
+    value: every entry above it, then the first entries equal to it, as many as are missing."""
+    x = i["x"]
+    thr = torch.topk(x, k, dim=1).values[:, -1:]
+    gt, eq = x > thr, x == thr
+    need = k - gt.sum(1, keepdim=True)
+    return (gt | (eq & (eq.cumsum(1) <= need))).to(x.dtype)
+
+
+def _broadcast_view(x, in_dims, out_dims, amap):
+    """x (in_dims) as a view of rank len(out_dims) that expands to out_dims: its axes in the
+    order the output reads them, extent 1 at inserted axes."""
+    order = [a - 1 for a in amap if a]
+    shape = [in_dims[a - 1] if a else 1 for a in amap]
+    return x.reshape(in_dims).permute(order).reshape(shape) if order else x.reshape(shape)
+
+
+def _broadcast_adjoint_aten(x, in_dims, out_dims, amap):
+    """Sum over the inserted and the broadcast output axes, then the input's axis order."""
+    red = [j for j, a in enumerate(amap) if a == 0 or (in_dims[a - 1] == 1 and out_dims[j] != 1)]
+    g = x.reshape(out_dims)
+    g = g.sum(red, keepdim=True) if red else g
+    order = [a - 1 for a in amap if a]
+    g = g.reshape([out_dims[j] if in_dims[a - 1] != 1 else 1 for j, a in enumerate(amap) if a])
+    inverse = sorted(range(len(order)), key=lambda t: order[t])
+    return g.permute(inverse).contiguous() if order else g.reshape(())
+
+
+def _conv_pads(pb, pa):
+    """F.pad's order: the last spatial axis first, (before, after) each."""
+    out = []
+    for b, a in zip(reversed(pb), reversed(pa)):
+        out += [b, a]
+    return out
+
+
+def _sweep_new_case(s, dtype, name):
+    """The primitives whose sweep geometry no fixed case covers: general broadcasts, swaps of any
+    rank, the unnormalized inverse FFT, convolutions of 1-3 spatial axes. The geometry goes to
+    bufkern by keyword, with flat inputs where a geometry is given."""
+    p = s.prim
+    if p in ("broadcast_to", "broadcast_adjoint"):
+        ind, outd, amap = tuple(s["in"]), tuple(s["out"]), tuple(s["map"])
+        bytes_ = lambda es, *d: (_prod(ind) + _prod(outd)) * es  # noqa: E731
+        if p == "broadcast_to":
+            return Case(name, p, (), (), dtype=dtype, perf=False, check="exact", bytes=bytes_,
+                        make=lambda rt, dt: {"x": rt.randn((_prod(ind),), dt)},
+                        aten=lambda rt, i: _broadcast_view(i["x"], ind, outd, amap).expand(outd)
+                        .contiguous().reshape(-1),
+                        bk=lambda rt, ctx, b: bufkern.broadcast_to(b["x"], in_dims=ind, out_dims=outd,
+                                                                    axis_map=amap, ctx=ctx))
+        return Case(name, p, (), (), dtype=dtype, perf=False, bytes=bytes_,
+                    make=lambda rt, dt: {"g": rt.randn((_prod(outd),), dt)},
+                    aten=lambda rt, i: _broadcast_adjoint_aten(i["g"], ind, outd, amap).reshape(-1),
+                    bk=lambda rt, ctx, b: bufkern.broadcast_to_adjoint(b["g"], in_dims=ind, out_dims=outd,
+                                                                        axis_map=amap, ctx=ctx),
+                    scale=lambda rt, i, ref: rt.max_abs(
+                        _broadcast_adjoint_aten(abs(i["g"]), ind, outd, amap)) if rt.is_torch
+                    else rt.max_abs(ref))
+    if p == "swap_adjacent":
+        dims, d = tuple(s["dims"]), s["depth"]
+        return Case(name, p, (), (), dtype=dtype, perf=False, check="exact",
+                    bytes=lambda es: 2 * _prod(dims) * es,
+                    make=lambda rt, dt: {"x": rt.randn((_prod(dims),), dt)},
+                    aten=lambda rt, i: i["x"].reshape(dims).transpose(d, d + 1).contiguous(),
+                    bk=lambda rt, ctx, b: bufkern.swap_adjacent(b["x"], dims=dims, depth=d, ctx=ctx))
+    if p == "irfft_unnormalized":
+        return Case(name, p, (s["batch"], s["n"]), (s["batch"], s["n"]), dtype=dtype, perf=False,
+                    make=lambda rt, dt, Bt, N: {"s": rt.rfft_packed(rt.randn((Bt, N), dt))},
+                    aten=lambda rt, i, Bt, N: torch.fft.irfft(torch.view_as_complex(i["s"]), n=N, dim=-1,
+                                                              norm="forward"),
+                    bk=lambda rt, ctx, b, Bt, N: bufkern.irfft_unnormalized(b["s"], batch=Bt, n=N, ctx=ctx),
+                    check="contract", n=lambda Bt, N: N,
+                    scale=lambda rt, i, ref, Bt, N: rt.max_abs(abs(i["s"]).sum((-1, -2))) * 2,
+                    bytes=lambda es, Bt, N: (Bt * N + Bt * (N // 2 + 1) * 2) * es)
+    if p == "conv":
+        return _sweep_conv_case(s, dtype, name)
+    raise ValueError(f"no ATen composition for {p}")
+
+
+def _sweep_conv_case(s, dtype, name):
+    nb, cin, cout, g = s["N"], s["cin"], s["cout"], s["groups"]
+    sp, ks, st, pb, pa, dil = (tuple(s[k]) for k in ("in", "k", "stride", "pad_before", "pad_after", "dil"))
+    sr, prodk, out = len(sp), _prod(ks), sweep_shapes.conv_out(s)
+    idims, kdims = (nb, cin) + sp, (cout, cin) + ks
+
+    def make(rt, dt):
+        w = rt.randn((cout, cin // g) + ks, dt, 1.0 / math.sqrt(cin // g * prodk))
+        dense = rt.zeros(kdims, dt)
+        ar = rt.arange(g)
+        dense.reshape((g, cout // g, g, cin // g) + ks)[ar, :, ar] = w.reshape((g, cout // g, cin // g) + ks)
+        return {"x": rt.randn(idims, dt), "t_w": w, "w": dense, "bias": rt.randn((cout,), dt)}
+
+    def aten(rt, i, absolute=False):
+        conv = (F.conv1d, F.conv2d, F.conv3d)[sr - 1]
+        x, w, b = (abs(i[k]) if absolute else i[k] for k in ("x", "t_w", "bias"))
+        return conv(F.pad(x, _conv_pads(pb, pa)), w, b, stride=st, dilation=dil, groups=g)
+
+    return Case(name, "conv", (), (), dtype=dtype, perf=False, make=make, aten=aten,
+                bk=lambda rt, ctx, b: bufkern.conv(b["x"], b["w"], b["bias"], input_dims=idims, kernel_dims=kdims,
+                                                   stride=st, pad_before=pb, pad_after=pa, dilation=dil,
+                                                   groups=g, ctx=ctx),
+                check="contract", n=lambda: cin // g * prodk,
+                scale=lambda rt, i, ref: rt.max_abs(aten(rt, i, True)) if rt.is_torch else rt.max_abs(ref),
+                bytes=lambda es: (nb * cin * _prod(sp) + nb * cout * _prod(out) + cout * (cin // g) * prodk
+                                  + cout) * es,
+                flops=lambda: 2 * nb * cout * _prod(out) * (cin // g) * prodk)
+
+
+def sweep_cases(shapes, dtype):
+    """One Case per drawn shape: the fixed case's composition at the drawn dims, or a new one."""
+    templates = {}
+    for c in _cases_for(dtype, True):
+        templates.setdefault(c.family, c)
+    cases = []
+    for s in shapes:
+        name = f"{s.prim}_{dtype}_{sweep_shapes.CLASSES[s.klass][0]}_{s.index}"
+        if s.prim not in SWEEP_TEMPLATES:
+            cases.append(_sweep_new_case(s, dtype, name))
+            continue
+        fam, keys = SWEEP_TEMPLATES[s.prim]
+        t, dims = templates[fam], tuple(s[k] for k in keys)
+        ref = _topk_exact if s.prim == "topk_mask" else t.ref_fn
+        cases.append(Case(name, t.family, dims, dims, t.make_fn, t.aten_fn, t.bk_fn, check=t.check,
+                          bytes=t.bytes_fn, flops=t.flops_fn, ref=ref, scale=t.scale_fn, n=t.n_fn,
+                          note=t.note, dtype=dtype, perf=False))
+    return cases
+
+
+def sweep_main(args):
+    seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print(f"# seed {seed}" if args.list_only else f"seed: {seed}", flush=True)
+    dtype = "f64" if args.f64 else "f32"
+    try:
+        families = sweep_shapes.parse_families(args.family)
+    except ValueError as exc:
+        print(f"vs_torch: {exc}", file=sys.stderr)
+        return 2
+    max_bytes = args.max_bytes or (2**20 if args.dry_run else None)
+    shapes = sweep_shapes.shapes(seed, args.count, dtype, families, max_bytes)
+    if args.list_only:
+        for s in shapes:
+            print(s.line())
+        return 0
+    started = start_runtime(args)
+    if started is None:
+        return 2
+    rt, meta, copy_gbs = started
+    meta.update({"sweep_seed": seed, "dtype": dtype, "count": args.count, "max_bytes": max_bytes})
+    print(f"device: {rt.name}; copy bandwidth {copy_gbs:.0f} GB/s; {len(shapes)} shapes", flush=True)
+    # Both sides: three samples of back-to-back calls, together about --target-ms each, as the
+    # C harness times.
+    args.repeats, args.sample_ms = 3, args.target_ms / 3
+    results = []
+    for s, c in zip(shapes, sweep_cases(shapes, dtype)):
+        x_name, x = sweep_shapes.plot_x(s)
+        label = f"{s.prim} {dtype} {sweep_shapes.CLASSES[s.klass][0]} {s.index}"
+        r = run_and_print(rt, c, args, copy_gbs, label=label)
+        r.update({"primitive": s.prim, "sweep_family": s.family, "class": sweep_shapes.CLASSES[s.klass][0],
+                  "index": s.index, "shape": s.line().split(" ", 4)[4], "x": x, "x_name": x_name})
+        results.append(r)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"meta": meta, "shapes": results}, indent=1, default=str))
+    if args.md:
+        write_sweep_markdown(args.md, meta, results)
+    bad = [r for r in results if r["status"] != "ok"]
+    slower = [r for r in results if r.get("speedup") is not None and r["speedup"] < 1]
+    print(f"{len(results) - len(bad)}/{len(results)} shapes ok; {len(bad)} failed or disagreed; "
+          f"{len(slower)} slower than ATen", flush=True)
+    return 1 if bad else 0
+
+
+def write_sweep_markdown(path, meta, results):
+    lines = [f"# bufkern vs ATen at the sweep's shapes (seed {meta['sweep_seed']}, {meta['dtype']})", "",
+             f"Device: {meta['device_name']}; torch {meta.get('torch', '-')}; copy bandwidth in this run "
+             f"{meta['copy_gbs']:.0f} GB/s.", "",
+             "| primitive | class | # | shape | bufkern ms | ATen ms | speedup | bufkern % of copy | ATen % of copy |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if r["status"] != "ok":
+            lines.append(f"| {r['primitive']} | {r['class']} | {r['index']} | `{r['shape']}` | "
+                         f"**{r['status']}** | | | | |")
+            continue
+        bk, at = r.get("bk_frac_copy"), r.get("aten_frac_copy")
+        lines.append(f"| {r['primitive']} | {r['class']} | {r['index']} | `{r['shape']}` | "
+                     f"{_fmt(r.get('bk_ms'), '.4f')} | {_fmt(r.get('aten_ms'), '.4f')} | "
+                     f"{_fmt(r.get('speedup'), '.2f')} | {'' if bk is None else f'{100 * bk:.0f}%'} | "
+                     f"{'' if at is None else f'{100 * at:.0f}%'} |")
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------------
 # Main
 # ---------------------------------------------------------------------------
 
@@ -1189,6 +1409,20 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=15, help="timed repeats per case (median)")
     p.add_argument("--no-sweeps", action="store_true", help="only the PERF.md cases")
     p.add_argument("--list", action="store_true", help="list the case names and exit")
+    g = p.add_argument_group("sweep", "--sweep: shapes drawn at random from a seed, the same as "
+                             "`bufkern bench --sweep` draws (bench/sweep_shapes.py)")
+    g.add_argument("--sweep", action="store_true", help="time the sweep's shapes instead of the cases")
+    g.add_argument("--seed", type=int, help="the shapes' seed (default: a fresh one, printed first)")
+    g.add_argument("--f64", action="store_true", help="float64 shapes instead of float32")
+    g.add_argument("--count", type=int, default=40,
+                   help="large shapes per primitive (default 40); half as many medium ones")
+    g.add_argument("--family", help="comma-separated primitives or families (row, axis, layout, "
+                   "index, scan, fft, conv)")
+    g.add_argument("--max-bytes", type=int, help="scale every drawn size down to inputs of at most "
+                   "this many bytes (default with --dry-run: 1 MiB)")
+    g.add_argument("--target-ms", type=float, default=20.0,
+                   help="timed milliseconds per shape and side (default 20, as the C harness)")
+    g.add_argument("--list-only", action="store_true", help="print the shapes without timing them")
     return p.parse_args(argv)
 
 
@@ -1207,14 +1441,9 @@ def select_cases(args):
     return cases
 
 
-def main(argv=None):
+def start_runtime(args):
+    """(runtime, run metadata, copy GB/s) for the device of args; None when it cannot start."""
     global torch, F
-    args = parse_args(argv)
-    cases = select_cases(args)
-    if args.list:
-        for c in cases:
-            print(c.name)
-        return 0
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "args": vars(args), "dry_run": args.dry_run,
             "bufkern_version": bufkern.version(), "bufkern_library": bufkern.library_path(),
             "bufkern_build": bufkern.build_info(), "python": platform.python_version()}
@@ -1228,11 +1457,11 @@ def main(argv=None):
         except ImportError as exc:
             print(f"vs_torch: torch is not importable ({exc}); use --dry-run to test without it",
                   file=sys.stderr)
-            return 2
+            return None
         torch, F = _torch, _F
         if not torch.cuda.is_available():
             print("vs_torch: torch.cuda.is_available() is False; use --dry-run on a CPU", file=sys.stderr)
-            return 2
+            return None
         rt = TorchRT(args.device)
         meta["torch"] = torch.__version__
         meta["cuda"] = torch.version.cuda
@@ -1241,35 +1470,54 @@ def main(argv=None):
     meta["l2_bytes"] = rt.l2_bytes
     copy_gbs, copy_ms = rt.copy_bandwidth(copy_bytes, 5 if args.quick else 20)
     meta.update({"copy_gbs": copy_gbs, "copy_ms": copy_ms, "copy_bytes": copy_bytes})
+    return rt, meta, copy_gbs
+
+
+def run_and_print(rt, c, args, copy_gbs, label=None):
+    """Runs one case (a failure is recorded, not raised), frees its memory and prints its line."""
+    t0 = time.perf_counter()
+    try:
+        r = run_case(rt, c, args, copy_gbs)
+    except Exception as exc:
+        r = {"name": c.name, "family": c.family, "dtype": c.dtype, "perf_case": c.perf,
+             "sweep_x": None, "status": "ERROR", "error": f"{type(exc).__name__}: {exc}",
+             "traceback": traceback.format_exc()}
+    r["wall_s"] = time.perf_counter() - t0
+    try:
+        rt.free()
+    except Exception as exc:  # a failed free usually means the device is in trouble: record it
+        r.setdefault("error", f"cleanup failed: {exc}")
+    line = f"{label or c.name:58s} {r['status']:8s}"
+    if r["status"] == "ok":
+        line += f" bufkern {r['bk_ms']:.4f} ms"
+        if r.get("aten_ms") is not None:
+            line += f"  ATen {r['aten_ms']:.4f} ms  x{r['speedup']:.2f}"
+        if r.get("bk_frac_copy") is not None:
+            line += f"  {100 * r['bk_frac_copy']:.0f}% of copy"
+        if r.get("bk_tflops") is not None:
+            line += f"  {r['bk_tflops']:.1f} TFLOP/s"
+    else:
+        line += " " + (r.get("mismatch") or r.get("error") or "")[:160]
+    print(line, flush=True)
+    return r
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.sweep:
+        return sweep_main(args)
+    cases = select_cases(args)
+    if args.list:
+        for c in cases:
+            print(c.name)
+        return 0
+    started = start_runtime(args)
+    if started is None:
+        return 2
+    rt, meta, copy_gbs = started
     print(f"device: {rt.name}; copy bandwidth {copy_gbs:.0f} GB/s; {len(cases)} cases", flush=True)
 
-    results = []
-    for c in cases:
-        t0 = time.perf_counter()
-        try:
-            r = run_case(rt, c, args, copy_gbs)
-        except Exception as exc:
-            r = {"name": c.name, "family": c.family, "dtype": c.dtype, "perf_case": c.perf,
-                 "sweep_x": None, "status": "ERROR", "error": f"{type(exc).__name__}: {exc}",
-                 "traceback": traceback.format_exc()}
-        r["wall_s"] = time.perf_counter() - t0
-        results.append(r)
-        try:
-            rt.free()
-        except Exception as exc:  # a failed free usually means the device is in trouble: record it
-            r.setdefault("error", f"cleanup failed: {exc}")
-        line = f"{c.name:58s} {r['status']:8s}"
-        if r["status"] == "ok":
-            line += f" bufkern {r['bk_ms']:.4f} ms"
-            if r.get("aten_ms") is not None:
-                line += f"  ATen {r['aten_ms']:.4f} ms  x{r['speedup']:.2f}"
-            if r.get("bk_frac_copy") is not None:
-                line += f"  {100 * r['bk_frac_copy']:.0f}% of copy"
-            if r.get("bk_tflops") is not None:
-                line += f"  {r['bk_tflops']:.1f} TFLOP/s"
-        else:
-            line += " " + (r.get("mismatch") or r.get("error") or "")[:160]
-        print(line, flush=True)
+    results = [run_and_print(rt, c, args, copy_gbs) for c in cases]
 
     latency = measure_latency(rt, args)
     for r in latency:

@@ -1,6 +1,7 @@
 /*
  * bench.c — `bufkern bench`: times the primitives on one device through the
- * public API and sets them beside the ATen numbers of PERF.md.
+ * public API, at fixed shapes (`--sweep`: at shapes drawn from a seed, in
+ * bench_sweep.c).
  *
  * Every case is warmed up, then timed over several repeats and reported by
  * its median. On a GPU the bench installs its own stream on the context and
@@ -11,12 +12,13 @@
  * fewest bytes the primitive must move: inputs read once, outputs written
  * once; TFLOP/s for the contractions), that rate as a percentage of the
  * device-to-device copy bandwidth measured in the same run (a 1 GiB
- * bk_buffer_copy, counting bytes read plus bytes written), the ATen time
- * from PERF.md and the speedup over it. A case whose primitive returns a
- * status prints that status and the run goes on.
+ * bk_buffer_copy, counting bytes read plus bytes written). ATen times come
+ * only from the same run, in bench/vs_torch.py. A case whose primitive
+ * returns a status prints that status and the run goes on.
  *
  *   bufkern bench [--device cpu|cuda:N] [--filter SUBSTR] [--quick] [--f64]
  *                 [--json FILE]
+ *   bufkern bench --sweep [options]       (bufkern bench --sweep --help)
  *
  * bk_tool_bench(argc, argv) takes the arguments after `bench` and returns 0
  * when every case ran, 1 when some case or the setup failed, 2 for a usage
@@ -39,70 +41,15 @@
 #include <time.h>
 
 int bk_tool_bench(int argc, char **argv);
+int bk_tool_bench_sweep(int argc, char **argv);
+/* Writes s to f as a JSON string literal, quotes and escapes included. */
+void bk_tool_json_string(FILE *f, const char *s);
 
 #if defined(__GNUC__) || defined(__clang__)
 #define BENCH_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define BENCH_PRINTF(a, b)
 #endif
-
-/* ---- the ATen reference ------------------------------------------------------ */
-
-/* ATen on one NVIDIA H200 (torch 2.11.0+cu130), copied from the measured run
- * in PERF.md (medians of CUDA-event-timed repeats after warm-up, TF32 off;
- * copy bandwidth 4161 GB/s in that run). Milliseconds per call. */
-static const struct {
-  const char *name;
-  double ms;
-} aten_ref[] = {
-    {"softmax_lastaxis_8192x8192_f32", 0.287},
-    {"softmax_midaxis_256x1024x256_f32", 1.329},
-    {"hard_masked_softmax_8192x8192_f32", 0.859},
-    {"row_sum_8192x8192_f32", 0.089},
-    {"row_max_8192x8192_f32", 0.090},
-    {"first_max_mask_8192x8192_f32", 0.198},
-    {"topk_mask_262144x64_k4_topk", 0.989},
-    {"topk_mask_262144x64_k4_count", 16.316},
-    {"layernorm_fwd_65536x4096_f32", 2.326},
-    {"layernorm_vjp_65536x4096_f32", 6.394},
-    {"layernorm_bwd_native_65536x4096_f32", 1.778},
-    {"bmm_64x1024^3_f32", 2.796},
-    {"bmm_64x1024^3_AT_f32", 2.774},
-    {"bmm_64x1024^3_BT_f32", 2.877},
-    {"bmm_64x1024^3_f64", 2.461},
-    {"bmm_64x1024^3_AT_f64", 2.692},
-    {"bmm_64x1024^3_BT_f64", 2.735},
-    {"scaled_bmm_flag_64x1024^3_f32", 3.988},
-    {"softmax_8x8_latency", 0.023},
-    {"bmm_4x16^3_latency", 0.038},
-    {"rfft_packed_4096x4096_f32", 0.052},
-    {"irfft_packed_4096x4096_f32", 0.130},
-    {"rfft_packed_4096x4095_f32_oddn", 0.226},
-    {"selective_scan_shared_T4096_N16384_f32", 12.354},
-    {"selective_scan_var_T4096_N16384_f32", 12.183},
-    {"selective_scan_var_T512_N16384_seq", 23.639},
-    {"broadcastTo_1x8192_to_8192x8192", 0.172},
-    {"reduceFromBroadcast_8192x8192_to_1x8192", 0.083},
-    {"broadcast_col_8192_to_8192x8192", 0.175},
-    {"swapAdjacent_d0_32x1024x2048", 0.212},
-    {"swapAdjacent_d1_32x1024x2048", 0.504},
-    {"reduceSumAxis_ax1_256x1024x256", 0.084},
-    {"gather_rows_k65536_of_131072x4096", 0.589},
-    {"scatter_add_rows_k65536_into_131072x4096", 2.884},
-    {"concat_1d_2x128MiB", 0.144},
-    {"slice_1d_64MiB", 0.048},
-    {"conv2d_grouped8_dil2_asympad_32x256x56x56_f32", 0.840},
-    {"conv1d_depthwise_k4_causal_16x4096x2048", 1.854},
-    {"xent_weighted_mean_8192x32768", 1.824},
-    {"xent_teacher_loss_8192x32768", 2.627},
-    {"xent_teacher_grad_8192x32768", 2.874},
-};
-
-static double aten_ms(const char *name) {
-  for (size_t i = 0; i < sizeof aten_ref / sizeof aten_ref[0]; i++)
-    if (strcmp(aten_ref[i].name, name) == 0) return aten_ref[i].ms;
-  return 0;
-}
 
 /* ---- state ---------------------------------------------------------------------- */
 
@@ -369,7 +316,7 @@ static bk_status time_calls(bench *b, const bcase *c, bk_buffer *sets[][MAX_INPU
 
 /* ---- reporting ---------------------------------------------------------------------- */
 
-static void json_str(FILE *f, const char *s) {
+void bk_tool_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {
     if (*s == '"' || *s == '\\')
@@ -383,17 +330,13 @@ static void json_str(FILE *f, const char *s) {
 }
 
 static void report_status(bench *b, const char *name, bk_status st) {
-  double ref = b->small ? 0 : aten_ms(name);
-  char refs[32] = "-";
-  if (ref > 0) snprintf(refs, sizeof refs, "%.3f", ref);
-  printf("| %s | %s (%d): %s | | | %s | |\n", name, bk_status_string(st), (int)st, bk_last_error(),
-         refs);
+  printf("| %s | %s (%d): %s | | |\n", name, bk_status_string(st), (int)st, bk_last_error());
   fflush(stdout);
   if (b->json) {
     fprintf(b->json, "{\"case\": ");
-    json_str(b->json, name);
+    bk_tool_json_string(b->json, name);
     fprintf(b->json, ", \"status\": %d, \"error\": ", (int)st);
-    json_str(b->json, bk_last_error());
+    bk_tool_json_string(b->json, bk_last_error());
     fprintf(b->json, "}\n");
     fflush(b->json);
   }
@@ -403,8 +346,7 @@ static void report_status(bench *b, const char *name, bk_status st) {
 /* One table row. latency: a per-call latency case, shown in microseconds per call. */
 static void report(bench *b, const char *name, double ms, double bytes, double flops,
                    int latency) {
-  double ref = b->small ? 0 : aten_ms(name);
-  char rate[48] = "", pct[24] = "", refs[24] = "-", speed[24] = "", time[32];
+  char rate[48] = "", pct[24] = "", time[32];
   double gbs = 0, tflops = 0, frac = 0;
   if (latency) {
     snprintf(time, sizeof time, "%.2f us/call", 1e3 * ms);
@@ -422,21 +364,16 @@ static void report(bench *b, const char *name, double ms, double bytes, double f
       snprintf(pct, sizeof pct, "%.0f%%", frac);
     }
   }
-  if (ref > 0) {
-    snprintf(refs, sizeof refs, "%.3f", ref);
-    snprintf(speed, sizeof speed, "%.2fx", ref / ms);
-  }
-  printf("| %s | %s | %s | %s | %s | %s |\n", name, time, rate, pct, refs, speed);
+  printf("| %s | %s | %s | %s |\n", name, time, rate, pct);
   fflush(stdout);
   if (b->json) {
     fprintf(b->json, "{\"case\": ");
-    json_str(b->json, name);
+    bk_tool_json_string(b->json, name);
     fprintf(b->json, ", \"status\": 0, \"ms\": %.6g", ms);
     if (latency) fprintf(b->json, ", \"us_per_call\": %.6g", 1e3 * ms);
     if (gbs > 0) fprintf(b->json, ", \"gbs\": %.6g, \"bytes\": %.0f", gbs, bytes);
     if (frac > 0) fprintf(b->json, ", \"pct_copy\": %.4g", frac);
     if (tflops > 0) fprintf(b->json, ", \"tflops\": %.6g, \"flops\": %.0f", tflops, flops);
-    if (ref > 0) fprintf(b->json, ", \"aten_ms\": %.6g, \"speedup\": %.4g", ref, ref / ms);
     fprintf(b->json, ", \"copy_gbs\": %.6g}\n", b->copy_gbs);
     fflush(b->json);
   }
@@ -684,7 +621,8 @@ static void memory_cases(bench *b, bk_dtype dt) {
                         .cols = r, .bytes = row_ops[i].bytes},
                 NAME_DTYPE, "%s_%" PRId64 "x%" PRId64, row_ops[i].name, r, r);
   }
-  /* Top-k mask: one exact primitive, set beside both ATen paths. */
+  /* Top-k mask: one exact primitive, under the names of the two ATen paths
+   * bench/vs_torch.py compares it with. */
   {
     int64_t r = sm ? 16384 : 262144, cols = 64, n = r * cols;
     const char *paths[2] = {"topk", "count"};
@@ -934,7 +872,9 @@ static int usage(FILE *f) {
           "  --filter   run only the cases whose name contains SUBSTR\n"
           "  --quick    fewer warm-up calls and repeats\n"
           "  --f64      also run the float64 variants of the memory-bound cases\n"
-          "  --json     also write every result as one JSON object per line to FILE\n");
+          "  --json     also write every result as one JSON object per line to FILE\n"
+          "       bufkern bench --sweep [options]: shapes drawn at random from a seed\n"
+          "                     (bufkern bench --sweep --help lists its options)\n");
   return 2;
 }
 
@@ -968,6 +908,8 @@ int bk_tool_bench(int argc, char **argv) {
   const char *json_path = NULL;
   /* argv holds the arguments after `bench` (a leading "bench" is skipped). */
   int first = argc > 0 && strcmp(argv[0], "bench") == 0;
+  for (int i = first; i < argc; i++)
+    if (strcmp(argv[i], "--sweep") == 0) return bk_tool_bench_sweep(argc - first, argv + first);
   for (int i = first; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--device") == 0 && i + 1 < argc) {
@@ -1037,8 +979,8 @@ int bk_tool_bench(int argc, char **argv) {
 
   printf("bufkern %s bench on %s%s, median of %d repeats after %d warm-up calls\n\n",
          bk_version(), devname, b.small ? " (small shapes)" : "", b.repeats, b.warmup);
-  printf("| case | ms | GB/s or TFLOP/s | %% of copy | ATen ms | speedup |\n");
-  printf("|---|---|---|---|---|---|\n");
+  printf("| case | ms | GB/s or TFLOP/s | %% of copy |\n");
+  printf("|---|---|---|---|\n");
   measure_copy(&b);
   memory_cases(&b, BK_F32);
   compute_cases(&b);
