@@ -162,9 +162,19 @@ def _rows_cols(x: torch.Tensor, fn: str) -> Tuple[int, int]:
     return _prod(x.shape[:-1]), cols
 
 
-def _same_shape(a: torch.Tensor, b: torch.Tensor, names: str, fn: str) -> None:
+def _row_pair(a: torch.Tensor, b: torch.Tensor, names: str, fn: str, convert: bool = False):
+    """(rows, cols, a, b) for two inputs of one shape read as (rows, cols)
+    matrices over their last axis; a and b come back as such matrices, ready
+    for the library, b converted to a's dtype when `convert` (else a dtype
+    mismatch is the library's DtypeError)."""
+    rows, cols = _rows_cols(a, fn)
     if a.shape != b.shape:
-        raise ValueError(f"bufkern.torch.{fn}: {names} must have one shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(
+            f"bufkern.torch.{fn}: {names} must have one shape, got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    if convert:
+        b = b.to(dtype=a.dtype)
+    return rows, cols, _arg(a).reshape(rows, cols), _arg(b).reshape(rows, cols)
 
 
 def _host_indices(indices) -> np.ndarray:
@@ -222,11 +232,8 @@ class MaskedSoftmax(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, scores, mask):
-        rows, cols = _rows_cols(scores, "masked_softmax")
-        _same_shape(scores, mask, "scores and mask", "masked_softmax")
         shape = scores.shape
-        scores = _arg(scores).reshape(rows, cols)
-        mask = _arg(mask.to(dtype=scores.dtype)).reshape(rows, cols)
+        rows, cols, scores, mask = _row_pair(scores, mask, "scores and mask", "masked_softmax", convert=True)
         buf = bufkern.rows_masked_softmax(scores, mask, rows=rows, cols=cols, ctx=context_for(scores.device))
         y = _tensor(buf, shape)
         ctx.save_for_backward(y)
@@ -286,7 +293,8 @@ class LayerNorm(torch.autograd.Function):
         (gamma,) = ctx.saved_tensors
         rows, cols, x_shape, gamma_shape, beta_shape = ctx.geometry
         dx, dgamma, dbeta = bufkern.layernorm_backward(
-            _arg(g).reshape(rows, cols), ctx.normalized, ctx.inv_std, gamma, rows=rows, cols=cols, ctx=context_for(g.device)
+            _arg(g).reshape(rows, cols), ctx.normalized, ctx.inv_std, gamma, rows=rows, cols=cols,
+            ctx=context_for(g.device),
         )
         return _tensor(dx, x_shape), _tensor(dgamma, gamma_shape), _tensor(dbeta, beta_shape), None
 
@@ -315,10 +323,9 @@ class XentWeightedMean(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, weights):
-        rows, cols = _rows_cols(logits, "xent_weighted_mean")
-        _same_shape(logits, weights, "logits and weights", "xent_weighted_mean")
-        ctx.geometry = (rows, cols, logits.shape)
-        logits, weights = _arg(logits).reshape(rows, cols), _arg(weights).reshape(rows, cols)
+        shape = logits.shape
+        rows, cols, logits, weights = _row_pair(logits, weights, "logits and weights", "xent_weighted_mean")
+        ctx.geometry = (rows, cols, shape)
         buf = bufkern.xent_weighted_mean(logits, weights, rows=rows, cols=cols, ctx=context_for(logits.device))
         ctx.save_for_backward(logits, weights)
         return _tensor(buf, ())
@@ -361,10 +368,9 @@ class XentTeacher(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, student, teacher):
-        rows, cols = _rows_cols(student, "xent_teacher")
-        _same_shape(student, teacher, "student and teacher", "xent_teacher")
-        ctx.geometry = (rows, cols, student.shape)
-        student, teacher = _arg(student).reshape(rows, cols), _arg(teacher).reshape(rows, cols)
+        shape = student.shape
+        rows, cols, student, teacher = _row_pair(student, teacher, "student and teacher", "xent_teacher")
+        ctx.geometry = (rows, cols, shape)
         buf = bufkern.xent_teacher(
             student, teacher, rows=rows, cols=cols, gradient=False, ctx=context_for(student.device)
         )
@@ -415,7 +421,8 @@ def _bmm_geometry(a, b, trans_a, trans_b, fn):
     """(batch, m, n, p, squeeze) for stored operands a, b; squeeze: 2-D inputs."""
     if a.dim() != b.dim() or a.dim() not in (2, 3):
         raise ValueError(
-            f"bufkern.torch.{fn}: a and b must both be 2-D or both 3-D, got shapes {tuple(a.shape)} and {tuple(b.shape)}"
+            f"bufkern.torch.{fn}: a and b must both be 2-D or both 3-D, "
+            f"got shapes {tuple(a.shape)} and {tuple(b.shape)}"
         )
     squeeze = a.dim() == 2
     batch = 1 if squeeze else int(a.shape[0])
@@ -423,7 +430,8 @@ def _bmm_geometry(a, b, trans_a, trans_b, fn):
     nb, p = (int(b.shape[-1]), int(b.shape[-2])) if trans_b else (int(b.shape[-2]), int(b.shape[-1]))
     if nb != n or (not squeeze and int(b.shape[0]) != batch):
         raise ValueError(
-            f"bufkern.torch.{fn}: op(a) is {(batch, m, n)} and op(b) is {(int(b.shape[0]) if not squeeze else 1, nb, p)}: "
+            f"bufkern.torch.{fn}: op(a) is {(batch, m, n)} and op(b) is "
+            f"{(1 if squeeze else int(b.shape[0]), nb, p)}: "
             "the batches and inner extents must agree"
         )
     return batch, m, n, p, squeeze
@@ -474,7 +482,9 @@ class Bmm(torch.autograd.Function):
     def forward(ctx, a, b, trans_a, trans_b):
         a, b, shape = _bmm_operands(ctx, a, b, trans_a, trans_b, "bmm")
         batch, m, n, p, trans_a, trans_b = ctx.geometry
-        buf = bufkern.bmm(a, b, batch=batch, m=m, n=n, p=p, trans_a=trans_a, trans_b=trans_b, ctx=context_for(a.device))
+        buf = bufkern.bmm(
+            a, b, batch=batch, m=m, n=n, p=p, trans_a=trans_a, trans_b=trans_b, ctx=context_for(a.device)
+        )
         ctx.save_for_backward(a, b)
         return _tensor(buf, shape)
 
@@ -485,7 +495,8 @@ class Bmm(torch.autograd.Function):
         bctx = context_for(g.device)
 
         def product(x, y, m, n, p, ta, tb):
-            return _tensor(bufkern.bmm(x, y, batch=batch, m=m, n=n, p=p, trans_a=ta, trans_b=tb, ctx=bctx), (batch, m, p))
+            buf = bufkern.bmm(x, y, batch=batch, m=m, n=n, p=p, trans_a=ta, trans_b=tb, ctx=bctx)
+            return _tensor(buf, (batch, m, p))
 
         return (*_bmm_vjp(ctx, product, g), None, None)
 
@@ -559,35 +570,54 @@ def bmm_scaled(
 # ---------------------------------------------------------------------------
 
 
-def _scan_forward(ctx, primitive, A, B, X, h0):
-    if X.dim() != 2:
-        raise ValueError(f"bufkern.torch.{primitive.__name__}: X must be (seq_len, state), got shape {tuple(X.shape)}")
-    seq_len, state = int(X.shape[0]), int(X.shape[1])
-    A, B, X, h0 = _arg(A), _arg(B), _arg(X), _arg(h0)
-    out = _tensor(primitive(A, B, X, h0, seq_len=seq_len, state=state, ctx=context_for(X.device)), (seq_len, state))
-    ctx.geometry = (seq_len, state)
-    ctx.save_for_backward(A, B, X, h0, out)
-    return out
+def _scan_function(name, doc, forward_primitive, backward_primitive):
+    """An autograd Function over a scan primitive and its library backward,
+    which takes (A, B, X, h0, out, dy) and returns (dA, dB, dX, dh0)."""
 
-
-def _scan_backward(ctx, primitive, dy):
-    A, B, X, h0, out = ctx.saved_tensors
-    seq_len, state = ctx.geometry
-    grads = primitive(A, B, X, h0, out, _arg(dy), seq_len=seq_len, state=state, ctx=context_for(X.device))
-    return tuple(_tensor(d, t.shape) for d, t in zip(grads, (A, B, X, h0)))
-
-
-class ScanDiag(torch.autograd.Function):
-    """Diagonal linear scan with shared coefficients (bk_scan_diag); see ``scan_diag``."""
-
-    @staticmethod
     def forward(ctx, A, B, X, h0):
-        return _scan_forward(ctx, bufkern.scan_diag, A, B, X, h0)
+        if X.dim() != 2:
+            raise ValueError(
+                f"bufkern.torch.{forward_primitive.__name__}: X must be (seq_len, state), "
+                f"got shape {tuple(X.shape)}"
+            )
+        seq_len, state = int(X.shape[0]), int(X.shape[1])
+        A, B, X, h0 = _arg(A), _arg(B), _arg(X), _arg(h0)
+        buf = forward_primitive(A, B, X, h0, seq_len=seq_len, state=state, ctx=context_for(X.device))
+        out = _tensor(buf, (seq_len, state))
+        ctx.geometry = (seq_len, state)
+        ctx.save_for_backward(A, B, X, h0, out)
+        return out
 
-    @staticmethod
-    @once_differentiable
     def backward(ctx, dy):
-        return _scan_backward(ctx, bufkern.scan_diag_backward, dy)
+        # The saved output unpacks as the tensor autograd tracks: detached here for DLPack.
+        A, B, X, h0, out = (_arg(t) for t in ctx.saved_tensors)
+        seq_len, state = ctx.geometry
+        grads = backward_primitive(
+            A, B, X, h0, out, _arg(dy), seq_len=seq_len, state=state, ctx=context_for(X.device)
+        )
+        return tuple(_tensor(d, t.shape) for d, t in zip(grads, (A, B, X, h0)))
+
+    members = {
+        "__doc__": doc,
+        "__module__": __name__,
+        "forward": staticmethod(forward),
+        "backward": staticmethod(once_differentiable(backward)),
+    }
+    return type(name, (torch.autograd.Function,), members)
+
+
+ScanDiag = _scan_function(
+    "ScanDiag",
+    "Diagonal linear scan with shared coefficients (bk_scan_diag); see ``scan_diag``.",
+    bufkern.scan_diag,
+    bufkern.scan_diag_backward,
+)
+ScanDiagVar = _scan_function(
+    "ScanDiagVar",
+    "Diagonal linear scan with token-dependent coefficients (bk_scan_diag_var); see ``scan_diag_var``.",
+    bufkern.scan_diag_var,
+    bufkern.scan_diag_var_backward,
+)
 
 
 def scan_diag(A: torch.Tensor, B: torch.Tensor, X: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
@@ -600,19 +630,6 @@ def scan_diag(A: torch.Tensor, B: torch.Tensor, X: torch.Tensor, h0: torch.Tenso
     and output gives dA, dB, dX and dh0 in one call.
     """
     return ScanDiag.apply(A, B, X, h0)
-
-
-class ScanDiagVar(torch.autograd.Function):
-    """Diagonal linear scan with token-dependent coefficients (bk_scan_diag_var); see ``scan_diag_var``."""
-
-    @staticmethod
-    def forward(ctx, A, B, X, h0):
-        return _scan_forward(ctx, bufkern.scan_diag_var, A, B, X, h0)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dy):
-        return _scan_backward(ctx, bufkern.scan_diag_var_backward, dy)
 
 
 def scan_diag_var(A: torch.Tensor, B: torch.Tensor, X: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
@@ -638,9 +655,19 @@ def _axis_map(in_rank: int, out_rank: int, axis_map, fn: str) -> Tuple[int, ...]
     if axis_map is not None:
         return tuple(int(v) for v in axis_map)
     if in_rank > out_rank:
-        raise ValueError(f"bufkern.torch.{fn}: cannot broadcast rank {in_rank} to rank {out_rank} without an axis_map")
+        raise ValueError(
+            f"bufkern.torch.{fn}: cannot broadcast rank {in_rank} to rank {out_rank} without an axis_map"
+        )
     lead = out_rank - in_rank
     return tuple(0 if j < lead else j - lead + 1 for j in range(out_rank))
+
+
+def _broadcast(primitive, t, geometry, result_dims):
+    """bk_broadcast_to or bk_broadcast_to_adjoint of t with geometry (in_dims,
+    out_dims, axis_map), shaped result_dims."""
+    in_dims, out_dims, amap = geometry
+    buf = primitive(_arg(t), in_dims=in_dims, out_dims=out_dims, axis_map=amap, ctx=context_for(t.device))
+    return _tensor(buf, result_dims)
 
 
 class BroadcastTo(torch.autograd.Function):
@@ -648,22 +675,15 @@ class BroadcastTo(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, out_dims, axis_map):
-        x = _arg(x)
         in_dims = tuple(int(d) for d in x.shape)
         out_dims = tuple(int(d) for d in out_dims)
-        amap = _axis_map(len(in_dims), len(out_dims), axis_map, "broadcast_to")
-        buf = bufkern.broadcast_to(x, in_dims=in_dims, out_dims=out_dims, axis_map=amap, ctx=context_for(x.device))
-        ctx.geometry = (in_dims, out_dims, amap)
-        return _tensor(buf, out_dims)
+        ctx.geometry = (in_dims, out_dims, _axis_map(len(in_dims), len(out_dims), axis_map, "broadcast_to"))
+        return _broadcast(bufkern.broadcast_to, x, ctx.geometry, out_dims)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
-        in_dims, out_dims, amap = ctx.geometry
-        buf = bufkern.broadcast_to_adjoint(
-            _arg(g), in_dims=in_dims, out_dims=out_dims, axis_map=amap, ctx=context_for(g.device)
-        )
-        return _tensor(buf, in_dims), None, None
+        return _broadcast(bufkern.broadcast_to_adjoint, g, ctx.geometry, ctx.geometry[0]), None, None
 
 
 def broadcast_to(x: torch.Tensor, out_dims: Sequence[int], axis_map: Optional[Sequence[int]] = None) -> torch.Tensor:
@@ -686,22 +706,15 @@ class BroadcastToAdjoint(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, dout, in_dims, axis_map):
-        dout = _arg(dout)
         in_dims = tuple(int(d) for d in in_dims)
         out_dims = tuple(int(d) for d in dout.shape)
-        amap = _axis_map(len(in_dims), len(out_dims), axis_map, "broadcast_to_adjoint")
-        buf = bufkern.broadcast_to_adjoint(
-            dout, in_dims=in_dims, out_dims=out_dims, axis_map=amap, ctx=context_for(dout.device)
-        )
-        ctx.geometry = (in_dims, out_dims, amap)
-        return _tensor(buf, in_dims)
+        ctx.geometry = (in_dims, out_dims, _axis_map(len(in_dims), len(out_dims), axis_map, "broadcast_to_adjoint"))
+        return _broadcast(bufkern.broadcast_to_adjoint, dout, ctx.geometry, in_dims)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
-        in_dims, out_dims, amap = ctx.geometry
-        buf = bufkern.broadcast_to(_arg(g), in_dims=in_dims, out_dims=out_dims, axis_map=amap, ctx=context_for(g.device))
-        return _tensor(buf, out_dims), None, None
+        return _broadcast(bufkern.broadcast_to, g, ctx.geometry, ctx.geometry[1]), None, None
 
 
 def broadcast_to_adjoint(
@@ -776,9 +789,7 @@ class SumAxis(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
-        out_dims, dims, amap = ctx.geometry
-        buf = bufkern.broadcast_to(_arg(g), in_dims=out_dims, out_dims=dims, axis_map=amap, ctx=context_for(g.device))
-        return _tensor(buf, dims), None
+        return _broadcast(bufkern.broadcast_to, g, ctx.geometry, ctx.geometry[1]), None
 
 
 def sum_axis(x: torch.Tensor, axis: int) -> torch.Tensor:
@@ -1122,7 +1133,9 @@ class Conv(torch.autograd.Function):
             # dW[g] = cotangent[g] (C_out/groups, N*S) x patches[g]^T (N*S, C_in/groups * K).
             patches = bufkern.rows_gather(x.reshape(length, 1), rows=length, cols=1, indices=idx, ctx=bctx)
             patches = _tensor(patches, (groups, cg * k, n * s))
-            dw = bufkern.bmm(gt, patches, batch=groups, m=cog, n=n * s, p=cg * k, trans_a=False, trans_b=True, ctx=bctx)
+            dw = bufkern.bmm(
+                gt, patches, batch=groups, m=cog, n=n * s, p=cg * k, trans_a=False, trans_b=True, ctx=bctx
+            )
             if blocks is not None:
                 zeros = torch.zeros((c_out * groups, cg * k), dtype=g.dtype, device=g.device)
                 dw = bufkern.rows_scatter_add(
@@ -1139,7 +1152,9 @@ class Conv(torch.autograd.Function):
                     kernel.reshape(c_out * groups, cg * k), rows=c_out * groups, cols=cg * k, indices=blocks, ctx=bctx
                 )
                 w = _tensor(w, (groups, cog, cg * k))
-            dpatches = bufkern.bmm(w, gt, batch=groups, m=cg * k, n=cog, p=n * s, trans_a=True, trans_b=False, ctx=bctx)
+            dpatches = bufkern.bmm(
+                w, gt, batch=groups, m=cg * k, n=cog, p=n * s, trans_a=True, trans_b=False, ctx=bctx
+            )
             zeros = torch.zeros((length, 1), dtype=g.dtype, device=g.device)
             dx = bufkern.rows_scatter_add(
                 zeros, _tensor(dpatches, (len(idx), 1)), rows=length, cols=1, indices=idx, ctx=bctx
