@@ -178,11 +178,13 @@ def _row_pair(a: torch.Tensor, b: torch.Tensor, names: str, fn: str, convert: bo
 
 
 def _host_indices(indices) -> np.ndarray:
-    """Row indices as a host integer array (a CUDA index tensor is copied to the host:
-    the library reads indices from host memory)."""
+    """Row indices as a host integer array of their own (the library reads
+    indices from host memory, so a CUDA index tensor is copied to the host).
+    It is a copy in every case: the backward pass reads it again later, after
+    the caller may have changed the array or tensor the indices came from."""
     if isinstance(indices, torch.Tensor):
-        return indices.detach().cpu().numpy()
-    return np.asarray(indices)
+        indices = indices.detach().cpu().numpy()
+    return np.array(indices)
 
 
 # ---------------------------------------------------------------------------
@@ -1045,8 +1047,9 @@ def _patch_indices(n, c_in, groups, in_spatial, k_spatial, out_spatial, stride, 
     )
     batch = np.arange(n).reshape((1, 1) + (1,) * r + (n,) + (1,) * r)
     flat = (batch * c_in + channel) * _prod(in_spatial) + linear
-    flat = np.where(valid, flat, length)
-    return np.ascontiguousarray(flat.reshape(-1), dtype=np.uint64)
+    flat = np.ascontiguousarray(np.where(valid, flat, length).reshape(-1), dtype=np.uint64)
+    flat.flags.writeable = False  # shared by every call with this geometry
+    return flat
 
 
 def _block_rows(c_out: int, groups: int) -> np.ndarray:

@@ -265,6 +265,13 @@ def test_rows_gather(dev, gen):
 
     check(lambda m: bkt.rows_gather(m, INDICES), (mat,), reference)
     check(lambda m: bkt.rows_gather(m, torch.tensor(INDICES)), (mat,), reference)
+    # The backward pass uses the indices of the forward pass, not the caller's array as it is later.
+    idx = torch.tensor(INDICES)
+    out = bkt.rows_gather(mat, idx)
+    idx.zero_()
+    out.sum().backward()
+    counts = torch.tensor([1.0, 1, 0, 2], dtype=F64, device=dev)  # how often each row was gathered
+    torch.testing.assert_close(mat.grad, counts.unsqueeze(1).expand(4, 3))
 
 
 def test_rows_scatter_add(dev, gen):
