@@ -4,8 +4,10 @@ Synthetic task: noisy sine waves of three frequencies, one class per
 frequency. The model is a 1-D convolution (bufkern.torch.conv), a ReLU (torch),
 a sum over the time axis (bufkern.torch.sum_axis), layer normalization
 (bufkern.torch.layer_norm), a linear layer (bufkern.torch.bmm) and the mean
-cross-entropy against one-hot labels (bufkern.torch.xent_weighted_mean); every
-gradient but the ReLU's comes from the library.
+cross-entropy against one-hot labels (bufkern.torch.xent_weighted_mean). The
+library runs every layer's forward pass and its backward pass, all but the
+elementwise steps (the ReLU, the 1/LENGTH scaling and the cross-entropy
+gradient's products), which torch does; Adam updates the parameters.
 
     python3 python/examples/train_torch.py --steps 300
 

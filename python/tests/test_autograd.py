@@ -76,7 +76,8 @@ def test_bufkern_imports_without_torch():
         "except ImportError:\n"
         "    print('no torch')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(PYTHON_DIR)], capture_output=True, text=True, timeout=60)
+    package_parent = str(Path(bufkern.__file__).resolve().parent.parent)  # the bufkern under test
+    done = subprocess.run([sys.executable, "-c", code, package_parent], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["[[0.5, 0.5]]", "no torch"]
 
