@@ -192,12 +192,6 @@ def _host_indices(indices) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def _softmax_vjp(y: torch.Tensor, g: torch.Tensor, dim: int) -> torch.Tensor:
-    """y * (g - sum(g * y, dim)): the softmax VJP from the saved output, in torch
-    elementwise operations (the library has no elementwise arithmetic)."""
-    return y * (g - (g * y).sum(dim, keepdim=True))
-
-
 class Softmax(torch.autograd.Function):
     """Softmax along one axis (bk_softmax); see ``softmax``."""
 
@@ -213,8 +207,10 @@ class Softmax(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, g):
+        # y * (g - sum(g * y)) along the axis, from the saved output, in torch
+        # elementwise operations (the library has no elementwise arithmetic).
         (y,) = ctx.saved_tensors
-        return _softmax_vjp(y, g, ctx.axis), None
+        return y * (g - (g * y).sum(ctx.axis, keepdim=True)), None
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -229,8 +225,9 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return Softmax.apply(x, dim)
 
 
-class MaskedSoftmax(torch.autograd.Function):
-    """Hard-masked softmax over the last axis (bk_rows_masked_softmax); see ``masked_softmax``."""
+class MaskedSoftmax(Softmax):
+    """Hard-masked softmax over the last axis (bk_rows_masked_softmax); see
+    ``masked_softmax``. The backward pass is the softmax's, along the last axis."""
 
     @staticmethod
     def forward(ctx, scores, mask):
@@ -238,14 +235,9 @@ class MaskedSoftmax(torch.autograd.Function):
         rows, cols, scores, mask = _row_pair(scores, mask, "scores and mask", "masked_softmax", convert=True)
         buf = bufkern.rows_masked_softmax(scores, mask, rows=rows, cols=cols, ctx=context_for(scores.device))
         y = _tensor(buf, shape)
+        ctx.axis = -1
         ctx.save_for_backward(y)
         return y
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, g):
-        (y,) = ctx.saved_tensors
-        return _softmax_vjp(y, g, -1), None
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -320,17 +312,23 @@ def layer_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, eps: fl
 # ---------------------------------------------------------------------------
 
 
+def _row_loss(ctx, primitive, a, b, names, fn, **flags):
+    """The forward pass of a loss over two (rows, cols) operands: the loss as a
+    0-d tensor, with the operands saved and (rows, cols, shape) on ctx."""
+    shape = a.shape
+    rows, cols, a, b = _row_pair(a, b, names, fn)
+    ctx.geometry = (rows, cols, shape)
+    buf = primitive(a, b, rows=rows, cols=cols, **flags, ctx=context_for(a.device))
+    ctx.save_for_backward(a, b)
+    return _tensor(buf, ())
+
+
 class XentWeightedMean(torch.autograd.Function):
     """Mean weighted logits cross-entropy (bk_xent_weighted_mean); see ``xent_weighted_mean``."""
 
     @staticmethod
     def forward(ctx, logits, weights):
-        shape = logits.shape
-        rows, cols, logits, weights = _row_pair(logits, weights, "logits and weights", "xent_weighted_mean")
-        ctx.geometry = (rows, cols, shape)
-        buf = bufkern.xent_weighted_mean(logits, weights, rows=rows, cols=cols, ctx=context_for(logits.device))
-        ctx.save_for_backward(logits, weights)
-        return _tensor(buf, ())
+        return _row_loss(ctx, bufkern.xent_weighted_mean, logits, weights, "logits and weights", "xent_weighted_mean")
 
     @staticmethod
     @once_differentiable
@@ -370,14 +368,9 @@ class XentTeacher(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, student, teacher):
-        shape = student.shape
-        rows, cols, student, teacher = _row_pair(student, teacher, "student and teacher", "xent_teacher")
-        ctx.geometry = (rows, cols, shape)
-        buf = bufkern.xent_teacher(
-            student, teacher, rows=rows, cols=cols, gradient=False, ctx=context_for(student.device)
+        return _row_loss(
+            ctx, bufkern.xent_teacher, student, teacher, "student and teacher", "xent_teacher", gradient=False
         )
-        ctx.save_for_backward(student, teacher)
-        return _tensor(buf, ())
 
     @staticmethod
     @once_differentiable
