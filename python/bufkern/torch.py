@@ -18,11 +18,14 @@ one device). Results carry their natural shapes. Each function is backed by a
 
 Data exchange. Tensors are handed to the library through DLPack without a copy
 (a tensor that is not contiguous is made contiguous first, as the library reads
-compact row-major memory only); results come back through
-``torch.from_dlpack`` without a copy. Each result is a fresh library buffer
+compact row-major memory only); results come back as tensors over the
+library's memory, also without a copy. Each result is a fresh library buffer
 that nothing else references once it is wrapped, so the tensor is its only
 holder and in-place writes by torch (gradient accumulation, for one) cannot be
-seen through any other buffer: no defensive clone is needed.
+seen through any other buffer: no defensive clone is needed. As with any
+DLPack producer, torch does not know the memory's stream: a result used on
+another stream than the one it was made on must be synchronized before its
+last reference is dropped.
 
 Streams. On a CUDA device each call runs on torch's current stream of that
 device: ``context_for`` keeps, per thread, one ``bufkern.Context`` per (device,
@@ -47,6 +50,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from ctypes import byref, c_void_p
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
@@ -54,6 +58,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 import bufkern
+from bufkern import _ffi
 
 __all__ = [
     "context_for",
@@ -139,8 +144,25 @@ def _arg(t: torch.Tensor) -> torch.Tensor:
 
 
 def _tensor(buf, shape) -> torch.Tensor:
-    """A library result as a torch tensor of `shape`, sharing its memory."""
-    return torch.from_dlpack(buf).reshape(shape)
+    """A fresh library result as a torch tensor of `shape` over the same memory.
+
+    The export goes through bk_buffer_to_dlpack itself, not Buffer.__dlpack__,
+    which hands consumers that cannot mark memory read-only (torch 1.x) a copy
+    to protect the buffer's other holders. A result made here has none: the
+    library keeps no reference to its results and the Buffer object is
+    dropped when this module's call returns, so the tensor becomes the
+    memory's only holder and torch may write into it (gradient accumulation
+    does) without anyone seeing a buffer change. The result was produced on
+    torch's current stream (see context_for), so torch may use it at once.
+    """
+    managed = c_void_p()
+    _ffi.check(_ffi.load().bk_buffer_to_dlpack(buf._h, byref(managed)))
+    try:
+        capsule = _ffi.new_capsule(managed.value)
+    except BaseException:
+        _ffi.DLManagedTensor.from_address(managed.value).deleter(managed.value)
+        raise
+    return torch.utils.dlpack.from_dlpack(capsule).reshape(shape)
 
 
 def _prod(dims) -> int:
@@ -184,7 +206,9 @@ def _host_indices(indices) -> np.ndarray:
     the caller may have changed the array or tensor the indices came from."""
     if isinstance(indices, torch.Tensor):
         indices = indices.detach().cpu().numpy()
-    return np.array(indices)
+    indices = np.array(indices)
+    # An empty list reads as float64; no indices are integers too.
+    return indices.astype(np.int64) if indices.size == 0 else indices
 
 
 # ---------------------------------------------------------------------------

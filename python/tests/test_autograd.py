@@ -372,6 +372,31 @@ def test_conv1d_without_batch_axes(dev, gen):
 # ---- autograd behaviour ---------------------------------------------------------------------
 
 
+def test_results_are_the_library_memory(dev, gen, monkeypatch):
+    made = []
+    real = bufkern.layernorm_forward
+
+    def spy(*args, **kwargs):
+        results = real(*args, **kwargs)
+        made.extend(b.data_ptr for b in results)
+        return results
+
+    monkeypatch.setattr(bufkern, "layernorm_forward", spy)
+    x, gamma, beta = rand(gen, dev, 3, 4), rand(gen, dev, 4), rand(gen, dev, 4)
+    out = bkt.layer_norm(x, gamma, beta)
+    assert out.data_ptr() == made[0]  # exported, not copied
+    out.sum().backward()  # the saved statistics, also exported, feed the backward pass
+    torch.testing.assert_close(gamma.grad, torch.nn.functional.layer_norm(x, (4,), eps=1e-5).sum(0).detach())
+
+
+def test_empty_gather(dev, gen):
+    mat = rand(gen, dev, 4, 3)
+    out = bkt.rows_gather(mat, [])
+    assert out.shape == (0, 3)
+    out.sum().backward()
+    assert (mat.grad == 0).all()
+
+
 def test_second_derivatives_raise(gen):
     x = rand(gen, "cpu", 2, 3)
     (g,) = torch.autograd.grad(bkt.softmax(x).pow(2).sum(), x, create_graph=True)
