@@ -12,6 +12,7 @@
  *    queued): bk_bmm_scaled, bk_buffer_to_host, bk_context_synchronize,
  *    stream changes, a cuFFT plan or cuBLAS handle that does not exist yet;
  *    the capture stays valid and its other calls replay correctly;
+ *  - a product large enough for cuBLAS, captured and replayed;
  *  - no buffer leaks across replays (bk__live_buffers).
  * Runs on cuda:0 whatever BK_TEST_DEVICE says; exits 77 (skipped) in a
  * build without CUDA or on a machine without a GPU.
@@ -237,6 +238,36 @@ static void host_upload(void) {
   }
 }
 
+/* A product large enough for cuBLAS (the small ones above run a kernel of
+ * bufkern's own): captured after an eager call made the handle. */
+static void cublas_product(void) {
+  enum { M = 64, K = 48, P = 40 };
+  static double a[M * K], b[K * P];
+  tl_seed(5);
+  tl_fill_uniform(a, M * K, -1, 1);
+  tl_fill_uniform(b, K * P, -1, 1);
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_buffer *A = tl_buf(tl_dtypes[d], a, M * K), *B = tl_buf(tl_dtypes[d], b, K * P);
+    bk_buffer *ref = NULL, *c = NULL;
+    TL_OK(bk_bmm(tl_ctx, A, B, 1, M, K, P, 0, 0, &ref));
+    TL_OK(bk_context_synchronize(tl_ctx));
+    captured g = {0};
+    if (capture_begin()) {
+      const bk_status st = bk_bmm(tl_ctx, A, B, 1, M, K, P, 0, 0, &c);
+      if (capture_end(&g) && TL_OK(st) == BK_OK)
+        for (int r = 0; r < 2; r++)
+          TL_CHECK(replay(&g) && tl_same_bits(c, ref), "%s: replayed cuBLAS product differs",
+                   tl_dtname(tl_dtypes[d]));
+    }
+    bk_buffer_release(c);
+    TL_OK(bk_context_synchronize(tl_ctx));
+    captured_destroy(&g);
+    bk_buffer_release(ref);
+    bk_buffer_release(A);
+    bk_buffer_release(B);
+  }
+}
+
 /* ---- refusals ------------------------------------------------------------------------ */
 
 static void refusals(void) {
@@ -326,6 +357,7 @@ static int run_all(void) {
   TL_RUN(every_primitive);
   TL_RUN(host_indices);
   TL_RUN(host_upload);
+  TL_RUN(cublas_product);
   TL_RUN(refusals);
   TL_RUN(null_is_default_stream);
   TL_OK(bk_context_reset_stream(tl_ctx));

@@ -402,12 +402,12 @@ static bk_status inline_copy(bk_context *ctx, const char *fn, void *dst, const v
 
 bk_status bk__cuda_upload_begin(bk_context *ctx, size_t bytes, void **host, int *slot) {
   static const char fn[] = "bufkern";
-  bool capturing = bytes <= BK_CUDA_INLINE_BYTES;
-  if (!capturing) {
-    bk_status st = bk__cuda_capturing(ctx, fn, &capturing);
+  bool in_params = bytes <= BK_CUDA_INLINE_BYTES;
+  if (!in_params) {
+    bk_status st = bk__cuda_capturing(ctx, fn, &in_params);
     if (st != BK_OK) return st;
   }
-  if (!capturing) return stage(ctx, bytes, host, slot);
+  if (!in_params) return stage(ctx, bytes, host, slot);
   void *h = bk__host_malloc(bytes);
   if (!h) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of host staging", bytes);
   bk_cu(ctx)->inline_host = h;
