@@ -176,15 +176,67 @@ BK_API BK_NODISCARD bk_status bk_context_create(bk_device device, bk_context **o
  * is not the caller's). */
 BK_API void bk_context_destroy(bk_context *ctx);
 
-/* Makes the context queue its work on a caller's cudaStream_t (NULL selects
- * the context's own non-blocking stream again; cudaStreamLegacy ((void *)1)
- * and cudaStreamPerThread ((void *)2) are accepted). Synchronizes when the
- * stream changes: work already queued on the previous stream completes
- * before the call returns, so later work on the new stream may read its
- * results. The caller keeps ownership of the stream and must keep it alive
- * while the context and the buffers it made are in use. Returns BK_ERR_NULL
- * (ctx NULL), BK_ERR_UNSUPPORTED on a CPU context. */
+/* Makes the context queue its work on a caller's cudaStream_t. NULL means
+ * CUDA's legacy default stream, as it does for cuBLAS, cuFFT and cuDNN (and
+ * as PyTorch reports its default stream: torch.cuda.current_stream()
+ * .cuda_stream is 0 there); cudaStreamLegacy ((void *)1) and
+ * cudaStreamPerThread ((void *)2) are accepted. bk_context_reset_stream
+ * returns to the context's own stream. Synchronizes when the stream changes:
+ * work already queued on the previous stream completes before the call
+ * returns, so later work on the new stream may read its results. The caller
+ * keeps ownership of the stream and must keep it alive while the context
+ * and the buffers it made are in use. Returns BK_ERR_NULL (ctx NULL),
+ * BK_ERR_UNSUPPORTED on a CPU context, or while the current stream is
+ * being captured into a CUDA graph (it cannot be drained then; the context
+ * stays on it). */
 BK_API BK_NODISCARD bk_status bk_context_set_stream(bk_context *ctx, void *cuda_stream);
+
+/* Makes a CUDA context queue its work on its own non-blocking stream again
+ * (the stream it was created with), with the same synchronization as
+ * bk_context_set_stream when the stream changes. On a CPU context, which
+ * has no streams, it does nothing and returns BK_OK. Returns BK_ERR_NULL
+ * (ctx NULL), BK_ERR_UNSUPPORTED while the current stream is being
+ * captured. */
+BK_API BK_NODISCARD bk_status bk_context_reset_stream(bk_context *ctx);
+
+/*
+ * CUDA graphs. Every primitive queued on a caller's stream (set with
+ * bk_context_set_stream) may be recorded with cudaStreamBeginCapture /
+ * cudaStreamEndCapture on that stream and the graph replayed with
+ * cudaGraphLaunch; a replay computes bitwise what the captured calls
+ * computed on the inputs' contents at replay time. The rules:
+ *  - Buffers made during the capture (outputs and scratch) are the graph's
+ *    stream-ordered allocation nodes. A buffer made and released during the
+ *    capture is a temporary of the graph: each replay allocates and frees
+ *    it, and nothing leaks across replays. A buffer made during the capture
+ *    and kept (an output such as a loss) holds the graph's memory: the
+ *    graph must be instantiated with cudaGraphInstantiateFlagAutoFreeOnLaunch
+ *    so that each replay reuses that memory (every replay writes the same
+ *    buffer); read it after a replay, and release it once, after the last
+ *    replay that writes it, on the stream it was made on.
+ *  - Buffers made before the capture are released after it (a release
+ *    during the capture would become part of the graph). The addresses a
+ *    replay reads are those of the inputs at capture time: to feed new
+ *    data, write it into those buffers between replays.
+ *  - Host data passed to a captured call (bk_buffer_from_host, the host
+ *    indices of bk_rows_gather and bk_rows_scatter_add) is copied at capture
+ *    time into the graph's kernel parameters: every replay uses the values
+ *    given at capture, whatever the host arrays hold later.
+ *  - Calls that wait for the device are refused while the context's stream
+ *    is being captured, with BK_ERR_UNSUPPORTED and nothing queued, so the
+ *    capture stays valid: bk_buffer_to_host (and bk_buffer_copy to the
+ *    CPU), bk_context_synchronize, bk_context_set_stream /
+ *    bk_context_reset_stream, and bk_bmm_scaled (its range-loss flag is
+ *    read on the host).
+ *  - Library state is made on first use, which cannot be captured: the
+ *    context's cuBLAS handle (bk_bmm), its cuDNN handle and plans (bk_conv),
+ *    cuFFT plans (bk_rfft, bk_irfft, per n and batch). A call that would
+ *    create them during a capture is refused with BK_ERR_UNSUPPORTED; run
+ *    each shape once before capturing it. A cuFFT plan used by a capture
+ *    stays in the context until the context is destroyed.
+ *  - Destroy the graph before the context that made its calls, and keep
+ *    the context alive while the graph is replayed.
+ */
 
 /* Waits until all work queued on the context has completed. Synchronizes.
  * NULL means the calling thread's default CPU context (a no-op). */
@@ -555,7 +607,10 @@ BK_API BK_NODISCARD bk_status bk_layernorm_backward(bk_context *ctx, const bk_bu
  * reduced-precision modes (no TF32). Flags other than 0/1 are
  * BK_ERR_INVALID_ARGUMENT. On the CPU, products go through OpenBLAS when the
  * build has it (float32 data then accumulates in float32), otherwise through
- * blocked loops that accumulate in float64; on CUDA through cuBLAS.
+ * blocked loops that accumulate in float64; on CUDA through cuBLAS, except
+ * small products (n <= 32 and at most 16384 result entries), which one
+ * kernel computes entry by entry with fused multiply-adds in the dtype, in
+ * order of n.
  */
 BK_API BK_NODISCARD bk_status bk_bmm(bk_context *ctx, const bk_buffer *A, const bk_buffer *B,
                                      int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a,

@@ -66,8 +66,11 @@ typedef struct bk_backend {
   bk_status (*context_init)(bk_context *ctx, int index);
   /* Frees the backend state; called once, after the last reference. */
   void (*context_fini)(bk_context *ctx);
-  /* Selects a caller's stream (NULL: the context's own). */
+  /* Selects a caller's stream (NULL: CUDA's legacy default stream). */
   bk_status (*context_set_stream)(bk_context *ctx, void *stream);
+  /* Selects the context's own stream again; NULL in a backend without
+   * streams (the front door answers for it). */
+  bk_status (*context_reset_stream)(bk_context *ctx);
   /* Waits for all queued work. Synchronizes. */
   bk_status (*context_synchronize)(bk_context *ctx);
 

@@ -95,6 +95,9 @@ static void context_rules(void) {
   }
   TL_REJECT(bk_context_set_stream(tl_cpu, NULL), BK_ERR_UNSUPPORTED, "CPU");
   TL_REJECT(bk_context_set_stream(NULL, NULL), BK_ERR_NULL, "ctx");
+  /* A CPU context has no streams: returning to its own is a no-op. */
+  TL_OK(bk_context_reset_stream(tl_cpu));
+  TL_REJECT(bk_context_reset_stream(NULL), BK_ERR_NULL, "ctx");
   TL_OK(bk_context_synchronize(tl_ctx));
   TL_OK(bk_context_synchronize(NULL));
   TL_CHECK(bk_context_device(NULL).kind == BK_DEVICE_CPU, "NULL context is the CPU");

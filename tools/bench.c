@@ -27,6 +27,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "bufkern.h"
+#include "bench_latency.h"
 
 #ifdef BK_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -867,12 +868,14 @@ static void sweep_cases(bench *b, bk_dtype dt) {
 static int usage(FILE *f) {
   fprintf(f,
           "usage: bufkern bench [--device cpu|cuda:N] [--filter SUBSTR] [--quick] [--f64]\n"
-          "                     [--json FILE]\n"
+          "                     [--json FILE] [--latency]\n"
           "  --device   device to run on (default cuda:0 when a GPU is visible, else cpu)\n"
           "  --filter   run only the cases whose name contains SUBSTR\n"
           "  --quick    fewer warm-up calls and repeats\n"
           "  --f64      also run the float64 variants of the memory-bound cases\n"
           "  --json     also write every result as one JSON object per line to FILE\n"
+          "  --latency  instead, the per-call cost of small calls against the launch floors\n"
+          "             (CUDA; 20000 calls each, 2000 with --quick)\n"
           "       bufkern bench --sweep [options]: shapes drawn at random from a seed\n"
           "                     (bufkern bench --sweep --help lists its options)\n");
   return 2;
@@ -906,6 +909,7 @@ int bk_tool_bench(int argc, char **argv) {
   b.dev.kind = bk_cuda_device_count() > 0 ? BK_DEVICE_CUDA : BK_DEVICE_CPU;
   b.dev.index = 0;
   const char *json_path = NULL;
+  int latency = 0;
   /* argv holds the arguments after `bench` (a leading "bench" is skipped). */
   int first = argc > 0 && strcmp(argv[0], "bench") == 0;
   for (int i = first; i < argc; i++)
@@ -922,6 +926,8 @@ int bk_tool_bench(int argc, char **argv) {
       b.quick = 1;
     } else if (strcmp(a, "--f64") == 0) {
       b.f64 = 1;
+    } else if (strcmp(a, "--latency") == 0) {
+      latency = 1;
     } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return 0;
@@ -930,6 +936,7 @@ int bk_tool_bench(int argc, char **argv) {
       return usage(stderr);
     }
   }
+  if (latency) return bk_tool_bench_latency(b.dev, b.quick ? 2000 : 20000);
   b.cuda = b.dev.kind == BK_DEVICE_CUDA;
   b.small = !b.cuda;
   b.warmup = b.quick ? 1 : 3;
@@ -997,7 +1004,7 @@ int bk_tool_bench(int argc, char **argv) {
 #ifdef BK_HAVE_CUDA
   if (b.cuda) {
     bk_status s1 = bk_context_synchronize(b.ctx);
-    bk_status s2 = bk_context_set_stream(b.ctx, NULL);
+    bk_status s2 = bk_context_reset_stream(b.ctx);
     if (s1 != BK_OK || s2 != BK_OK)
       fprintf(stderr, "bench: cannot release the timing stream: %s\n", bk_last_error());
   }

@@ -88,6 +88,13 @@ bk_status bk_context_set_stream(bk_context *ctx, void *cuda_stream) {
   return ctx->backend->context_set_stream(ctx, cuda_stream);
 }
 
+bk_status bk_context_reset_stream(bk_context *ctx) {
+  if (!ctx) return bk__fail(BK_ERR_NULL, "bk_context_reset_stream", "ctx is NULL");
+  /* A context without streams is always on its own ordering. */
+  if (!ctx->backend->context_reset_stream) return BK_OK;
+  return ctx->backend->context_reset_stream(ctx);
+}
+
 bk_status bk_context_synchronize(bk_context *ctx) {
   if (!ctx) return BK_OK;
   return ctx->backend->context_synchronize(ctx);

@@ -1,11 +1,12 @@
 /*
  * backend.cu — the CUDA backend's context, memory and table.
  *
- * Each context owns a non-blocking stream (or uses a caller's), allocates
- * from the device's stream-ordered memory pool (cudaMallocAsync /
- * cudaFreeAsync on that stream), and creates its cuBLAS and cuDNN handles on
- * first use. Nothing here synchronizes except context_synchronize and
- * mem_download.
+ * Each context owns a non-blocking stream (or uses a caller's, or CUDA's
+ * legacy default stream), allocates from the device's stream-ordered memory
+ * pool (cudaMallocAsync / cudaFreeAsync on that stream), and creates its
+ * cuBLAS and cuDNN handles on first use. Nothing here synchronizes except
+ * context_synchronize, a stream change and mem_download, and those three
+ * refuse to run while the stream is being captured into a CUDA graph.
  */
 #include "cuda_internal.h"
 
@@ -96,6 +97,10 @@ static bk_status cuda_context_init(bk_context *ctx, int index) {
   if (st == BK_OK) {
     c->sm_count = prop.multiProcessorCount;
     c->l2_bytes = (size_t)prop.l2CacheSize;
+    c->facts.smem_per_sm = (int)prop.sharedMemPerMultiprocessor;
+    c->facts.smem_optin = (int)prop.sharedMemPerBlockOptin;
+    c->facts.smem_reserved = (int)prop.reservedSharedMemPerBlock;
+    c->facts.regs_per_sm = prop.regsPerMultiprocessor;
     st = bk__cuda_status(cudaStreamCreateWithFlags(&c->own_stream, cudaStreamNonBlocking), ctx_fn,
                          "cudaStreamCreateWithFlags");
   }
@@ -125,12 +130,17 @@ static void cuda_context_fini(bk_context *ctx) {
   bk_cuda_ctx *c = bk_cu(ctx);
   if (!c) return;
   (void)cudaSetDevice(c->device);
-  if (c->stream) (void)cudaStreamSynchronize(c->stream);
+  /* A stream still being captured cannot be drained; the capture's owner
+   * ends it. */
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(c->stream, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusNone)
+    (void)cudaStreamSynchronize(c->stream);
   for (int i = 0; i < BK_CUDA_CACHE_SLOTS; i++)
     if (c->cache[i] && c->cache_free[i]) c->cache_free[i](c->cache[i]);
   if (c->cublas) (void)cublasDestroy((cublasHandle_t)c->cublas);
   if (c->cudnn) (void)cudnnDestroy((cudnnHandle_t)c->cudnn);
   if (c->flag) (void)cudaFree(c->flag);
+  bk__host_free(c->inline_host);
   for (int i = 0; i < BK_CUDA_STAGE_SLOTS; i++) {
     if (c->stage[i].host) (void)cudaFreeHost(c->stage[i].host);
     if (c->stage[i].done) (void)cudaEventDestroy(c->stage[i].done);
@@ -141,30 +151,111 @@ static void cuda_context_fini(bk_context *ctx) {
   bk__ctx_set_impl(ctx, NULL);
 }
 
-static bk_status cuda_context_set_stream(bk_context *ctx, void *stream) {
+/* ---- capture ------------------------------------------------------------ */
+
+bk_status bk__cuda_capturing(bk_context *ctx, const char *fn, bool *capturing) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  BK_CUDA_TRY(cudaStreamIsCapturing(bk_stream(ctx), &cs), fn, "cudaStreamIsCapturing");
+  *capturing = cs != cudaStreamCaptureStatusNone;
+  return BK_OK;
+}
+
+bk_status bk__cuda_refuse_capture(bk_context *ctx, const char *fn, const char *what) {
+  bool capturing = false;
+  bk_status st = bk__cuda_capturing(ctx, fn, &capturing);
+  if (st != BK_OK) return st;
+  if (capturing)
+    return bk__fail(BK_ERR_UNSUPPORTED, fn,
+                    "%s cannot be captured into a CUDA graph: the context's stream is capturing",
+                    what);
+  return BK_OK;
+}
+
+/* Open addressing by the kernel's address; a full table still sets the
+ * attributes, only without remembering them. */
+bool bk__cuda_func_prepare(bk_context *ctx, const void *kern, int dyn_smem, int carveout,
+                           int nonportable, size_t *static_smem) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  cudaStream_t next = stream ? (cudaStream_t)stream : c->own_stream;
+  const uintptr_t h = ((uintptr_t)kern >> 4) * (uintptr_t)0x9E3779B97F4A7C15ull;
+  bk_cuda_func *slot = NULL;
+  for (int probe = 0; probe < BK_CUDA_FUNC_SLOTS; probe++) {
+    bk_cuda_func *f = &c->func[(h + (uintptr_t)probe) % BK_CUDA_FUNC_SLOTS];
+    if (!f->kern) {
+      slot = f;
+      break;
+    }
+    if (f->kern == kern && f->dyn_smem == dyn_smem && f->carveout == carveout &&
+        f->nonportable == nonportable) {
+      if (f->ok && static_smem) *static_smem = f->static_smem;
+      return f->ok != 0;
+    }
+  }
+  cudaFuncAttributes fa;
+  bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess;
+  const int dyn = dyn_smem >= 0 ? dyn_smem : c->facts.smem_optin - (int)fa.sharedSizeBytes;
+  ok = ok && dyn > 0 &&
+       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn) ==
+           cudaSuccess &&
+       (carveout < 0 || cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                             carveout) == cudaSuccess) &&
+       (!nonportable ||
+        cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) ==
+            cudaSuccess);
+  if (!ok) (void)cudaGetLastError();
+  if (slot) {
+    slot->kern = kern;
+    slot->dyn_smem = dyn_smem;
+    slot->carveout = carveout;
+    slot->nonportable = nonportable;
+    slot->static_smem = ok ? fa.sharedSizeBytes : 0;
+    slot->ok = ok;
+  }
+  if (ok && static_smem) *static_smem = fa.sharedSizeBytes;
+  return ok;
+}
+
+/* ---- streams ------------------------------------------------------------- */
+
+/* Moves the context onto `next` (NULL: the legacy default stream). Work
+ * already queued on the old stream must finish before work queued on the
+ * new one may read its results, so the old stream is drained first; a
+ * stream being captured cannot be drained and is not left. */
+static bk_status move_to_stream(bk_context *ctx, const char *fn, cudaStream_t next) {
+  bk_cuda_ctx *c = bk_cu(ctx);
   if (next == c->stream) return BK_OK;
-  /* Work already queued on the old stream must finish before work queued on
-   * the new one may read its results. */
-  BK_CUDA_TRY(cudaSetDevice(c->device), "bk_context_set_stream", "cudaSetDevice");
-  BK_CUDA_TRY(cudaStreamSynchronize(c->stream), "bk_context_set_stream", "cudaStreamSynchronize");
+  BK_CUDA_TRY(cudaSetDevice(c->device), fn, "cudaSetDevice");
+  bk_status st = bk__cuda_refuse_capture(ctx, fn, "a stream change");
+  if (st != BK_OK) return st;
+  BK_CUDA_TRY(cudaStreamSynchronize(c->stream), fn, "cudaStreamSynchronize");
   c->stream = next;
   if (c->cublas) (void)cublasSetStream((cublasHandle_t)c->cublas, next);
   if (c->cudnn) (void)cudnnSetStream((cudnnHandle_t)c->cudnn, next);
   return BK_OK;
 }
 
+static bk_status cuda_context_set_stream(bk_context *ctx, void *stream) {
+  return move_to_stream(ctx, "bk_context_set_stream", (cudaStream_t)stream);
+}
+
+static bk_status cuda_context_reset_stream(bk_context *ctx) {
+  return move_to_stream(ctx, "bk_context_reset_stream", bk_cu(ctx)->own_stream);
+}
+
 static bk_status cuda_context_synchronize(bk_context *ctx) {
+  static const char fn[] = "bk_context_synchronize";
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(enter(c), "bk_context_synchronize", "cudaSetDevice");
-  BK_CUDA_TRY(cudaStreamSynchronize(c->stream), "bk_context_synchronize", "cudaStreamSynchronize");
+  BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
+  bk_status st = bk__cuda_refuse_capture(ctx, fn, "a stream synchronization");
+  if (st != BK_OK) return st;
+  BK_CUDA_TRY(cudaStreamSynchronize(c->stream), fn, "cudaStreamSynchronize");
   return BK_OK;
 }
 
-bk_status bk__cuda_cublas(bk_context *ctx, void **handle) {
+bk_status bk__cuda_cublas(bk_context *ctx, const char *fn, void **handle) {
   bk_cuda_ctx *c = bk_cu(ctx);
   if (!c->cublas) {
+    bk_status st = bk__cuda_refuse_capture(ctx, fn, "creating the context's cuBLAS handle (first use)");
+    if (st != BK_OK) return st;
     cublasHandle_t h;
     cublasStatus_t s = cublasCreate(&h);
     if (s != CUBLAS_STATUS_SUCCESS)
@@ -182,9 +273,11 @@ bk_status bk__cuda_cublas(bk_context *ctx, void **handle) {
   return BK_OK;
 }
 
-bk_status bk__cuda_cudnn(bk_context *ctx, void **handle) {
+bk_status bk__cuda_cudnn(bk_context *ctx, const char *fn, void **handle) {
   bk_cuda_ctx *c = bk_cu(ctx);
   if (!c->cudnn) {
+    bk_status st = bk__cuda_refuse_capture(ctx, fn, "creating the context's cuDNN handle (first use)");
+    if (st != BK_OK) return st;
     cudnnHandle_t h;
     cudnnStatus_t s = cudnnCreate(&h);
     if (s != CUDNN_STATUS_SUCCESS)
@@ -275,41 +368,86 @@ static bk_status stage_copy(bk_context *ctx, int slot, void *dst, size_t bytes) 
   return BK_OK;
 }
 
-bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t k,
-                                             uint32_t **dev) {
-  size_t bytes = (size_t)k * sizeof(uint32_t);
-  void *host = NULL, *d = NULL;
-  int slot = 0;
-  bk_status st = stage(ctx, bytes, &host, &slot);
-  if (st != BK_OK) return st;
-  uint32_t *h = (uint32_t *)host;
-  for (int64_t r = 0; r < k; r++) h[r] = (uint32_t)idx[r];
-  st = bk__cuda_scratch(ctx, bytes, &d);
-  if (st != BK_OK) return st;
-  st = stage_copy(ctx, slot, d, bytes);
-  if (st != BK_OK) {
-    bk__cuda_scratch_free(ctx, d);
-    return st;
+/* Host data in kernel parameters: CUDA copies a kernel's arguments when
+ * the launch is queued (or captured into a graph node), so the host block
+ * may be reused at once and a graph keeps the values it was captured with. */
+struct inline_bytes {
+  unsigned char b[BK_CUDA_INLINE_BYTES];
+};
+
+static __global__ void inline_copy_kernel(unsigned char *__restrict__ dst, inline_bytes src,
+                                          unsigned n) {
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src.b[i];
+}
+
+/* dst (device) <- host src through kernel parameters, one launch per
+ * BK_CUDA_INLINE_BYTES. */
+static bk_status inline_copy(bk_context *ctx, const char *fn, void *dst, const void *src,
+                             size_t bytes) {
+  inline_bytes chunk;
+  for (size_t at = 0; at < bytes; at += BK_CUDA_INLINE_BYTES) {
+    const size_t n = bytes - at < BK_CUDA_INLINE_BYTES ? bytes - at : BK_CUDA_INLINE_BYTES;
+    memcpy(chunk.b, (const unsigned char *)src + at, n);
+    inline_copy_kernel<<<1, 256, 0, bk_stream(ctx)>>>((unsigned char *)dst + at, chunk,
+                                                      (unsigned)n);
+    bk_status st = bk__cuda_launched(fn, "inline_copy_kernel");
+    if (st != BK_OK) return st;
   }
-  *dev = (uint32_t *)d;
   return BK_OK;
 }
 
+/* The slot value of a begin whose staging is a plain host block that
+ * finish copies through kernel parameters. */
+#define BK_STAGE_INLINE (-1)
+
 bk_status bk__cuda_upload_begin(bk_context *ctx, size_t bytes, void **host, int *slot) {
-  return stage(ctx, bytes, host, slot);
+  static const char fn[] = "bufkern";
+  bool in_params = bytes <= BK_CUDA_INLINE_BYTES;
+  if (!in_params) {
+    bk_status st = bk__cuda_capturing(ctx, fn, &in_params);
+    if (st != BK_OK) return st;
+  }
+  if (!in_params) return stage(ctx, bytes, host, slot);
+  void *h = bk__host_malloc(bytes);
+  if (!h) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of host staging", bytes);
+  bk_cu(ctx)->inline_host = h;
+  *host = h;
+  *slot = BK_STAGE_INLINE;
+  return BK_OK;
 }
 
 bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void **dev) {
+  static const char fn[] = "bufkern";
   void *d = NULL;
   bk_status st = bk__cuda_scratch(ctx, bytes, &d);
-  if (st != BK_OK) return st;
-  st = stage_copy(ctx, slot, d, bytes);
+  if (st == BK_OK) {
+    if (slot == BK_STAGE_INLINE)
+      st = inline_copy(ctx, fn, d, bk_cu(ctx)->inline_host, bytes);
+    else
+      st = stage_copy(ctx, slot, d, bytes);
+  }
+  if (slot == BK_STAGE_INLINE) {
+    bk__host_free(bk_cu(ctx)->inline_host);
+    bk_cu(ctx)->inline_host = NULL;
+  }
   if (st != BK_OK) {
     bk__cuda_scratch_free(ctx, d);
     return st;
   }
   *dev = d;
   return BK_OK;
+}
+
+bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t k,
+                                  uint32_t **dev) {
+  const size_t bytes = (size_t)k * sizeof(uint32_t);
+  void *host = NULL;
+  int slot = 0;
+  bk_status st = bk__cuda_upload_begin(ctx, bytes, &host, &slot);
+  if (st != BK_OK) return st;
+  uint32_t *h = (uint32_t *)host;
+  for (int64_t r = 0; r < k; r++) h[r] = (uint32_t)idx[r];
+  return bk__cuda_upload_finish(ctx, slot, bytes, (void **)dev);
 }
 
 bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes,
@@ -324,21 +462,31 @@ bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes
 
 /* A buffer upload from pageable memory: cudaMemcpyAsync returns once the
  * host array has been read into the runtime's staging, so the caller may
- * reuse it at once and the transfer stays ordered on the stream. */
+ * reuse it at once and the transfer stays ordered on the stream. While the
+ * stream is being captured the data travels in kernel parameters instead,
+ * so the graph holds its own copy of it. */
 static bk_status cuda_mem_upload(bk_context *ctx, void *dst, const void *src, size_t bytes) {
+  static const char fn[] = "bk_buffer_from_host";
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(enter(c), "bk_buffer_from_host", "cudaSetDevice");
-  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
-              "bk_buffer_from_host", "cudaMemcpyAsync");
+  BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
+  bool capturing = false;
+  bk_status st = bk__cuda_capturing(ctx, fn, &capturing);
+  if (st != BK_OK) return st;
+  if (capturing) return inline_copy(ctx, fn, dst, src, bytes);
+  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), fn,
+              "cudaMemcpyAsync");
   return BK_OK;
 }
 
 static bk_status cuda_mem_download(bk_context *ctx, void *dst, const void *src, size_t bytes) {
+  static const char fn[] = "bk_buffer_to_host";
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(enter(c), "bk_buffer_to_host", "cudaSetDevice");
-  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
-              "bk_buffer_to_host", "cudaMemcpyAsync");
-  BK_CUDA_TRY(cudaStreamSynchronize(c->stream), "bk_buffer_to_host", "cudaStreamSynchronize");
+  BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
+  bk_status st = bk__cuda_refuse_capture(ctx, fn, "a copy to host memory (it synchronizes)");
+  if (st != BK_OK) return st;
+  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), fn,
+              "cudaMemcpyAsync");
+  BK_CUDA_TRY(cudaStreamSynchronize(c->stream), fn, "cudaStreamSynchronize");
   return BK_OK;
 }
 
@@ -364,6 +512,7 @@ static bk_backend make_cuda_backend(void) {
   b.context_init = cuda_context_init;
   b.context_fini = cuda_context_fini;
   b.context_set_stream = cuda_context_set_stream;
+  b.context_reset_stream = cuda_context_reset_stream;
   b.context_synchronize = cuda_context_synchronize;
   b.mem_alloc = cuda_mem_alloc;
   b.mem_free = cuda_mem_free;

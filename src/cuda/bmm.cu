@@ -392,13 +392,42 @@ static gemm_shape gemm_shape_of(int64_t m, int64_t n, int64_t p, int trans_a, in
   return s;
 }
 
+/* Small products by a direct kernel: cuBLAS's host-side selection costs
+ * more than such a product takes on the device. One thread per entry of C
+ * folds its n terms in order with fused multiply-adds in T. */
+#define BMM_SMALL_MAX_N 32
+#define BMM_SMALL_MAX_OUT 16384
+
+template <typename T>
+static __global__ void __launch_bounds__(128)
+    bmm_small_kernel(const T *__restrict__ A, const T *__restrict__ B, T *__restrict__ C,
+                     int batch, int m, int n, int p, int trans_a, int trans_b) {
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= batch * m * p) return;
+  const int b = e / (m * p), i = e / p % m, j = e % p;
+  const T *a = A + (size_t)b * m * n;
+  const T *bb = B + (size_t)b * n * p;
+  const int sa = trans_a ? m : 1, sb = trans_b ? 1 : p;
+  const T *ar = trans_a ? a + i : a + (size_t)i * n;
+  const T *bc = trans_b ? bb + (size_t)j * n : bb + j;
+  T acc = 0;
+  for (int q = 0; q < n; q++) acc = fma(ar[(size_t)q * sa], bc[(size_t)q * sb], acc);
+  C[e] = acc;
+}
+
 template <typename T>
 static bk_status bmm_launch(bk_context *ctx, const T *A, const T *B, T *C, int64_t batch,
                             int64_t m, int64_t n, int64_t p, int trans_a, int trans_b) {
   static const char fn[] = "bk_bmm";
   typedef bmm_traits<T> tr;
+  if (n <= BMM_SMALL_MAX_N && batch * m * p <= BMM_SMALL_MAX_OUT) {
+    const int out = (int)(batch * m * p);
+    bmm_small_kernel<T><<<(unsigned)((out + 127) / 128), 128, 0, bk_stream(ctx)>>>(
+        A, B, C, (int)batch, (int)m, (int)n, (int)p, trans_a, trans_b);
+    return bk__cuda_launched(fn, "bmm_small_kernel");
+  }
   void *hv = NULL;
-  bk_status st = bk__cuda_cublas(ctx, &hv);
+  bk_status st = bk__cuda_cublas(ctx, fn, &hv);
   if (st != BK_OK) return st;
   cublasHandle_t h = (cublasHandle_t)hv;
   st = cublas_status(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), fn, "cublasSetPointerMode");
@@ -437,7 +466,7 @@ static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C
   const int parts = (int)bk_cuda_blocks(ctx, (longest + tr::VEC - 1) / tr::VEC, threads);
 
   void *hv = NULL;
-  bk_status st = bk__cuda_cublas(ctx, &hv);
+  bk_status st = bk__cuda_cublas(ctx, fn, &hv);
   if (st != BK_OK) return st;
   cublasHandle_t h = (cublasHandle_t)hv;
 
@@ -532,7 +561,8 @@ static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C
 extern "C" bk_status bk__cuda_bmm(bk_context *ctx, bk_dtype dt, const void *A, const void *B,
                                   void *C, int64_t batch, int64_t m, int64_t n, int64_t p,
                                   int trans_a, int trans_b) {
-  BK_CUDA_TRY(cudaSetDevice(bk_cu(ctx)->device), "bk_bmm", "cudaSetDevice");
+  /* The output was allocated through mem_alloc, which made the context's
+   * device current. */
   if (dt == BK_F32)
     return bmm_launch<float>(ctx, (const float *)A, (const float *)B, (float *)C, batch, m, n, p,
                              trans_a, trans_b);
@@ -545,6 +575,12 @@ extern "C" bk_status bk__cuda_bmm_scaled(bk_context *ctx, bk_dtype dt, const voi
                                          int64_t n, int64_t p, int trans_a, int trans_b,
                                          double scale, int *range_loss) {
   BK_CUDA_TRY(cudaSetDevice(bk_cu(ctx)->device), "bk_bmm_scaled", "cudaSetDevice");
+  /* The range-loss flag is read back by the host, which synchronizes: the
+   * call is refused while the stream is being captured, before anything is
+   * queued. */
+  bk_status st = bk__cuda_refuse_capture(ctx, "bk_bmm_scaled",
+                                         "bk_bmm_scaled (its range-loss flag is read on the host)");
+  if (st != BK_OK) return st;
   if (dt == BK_F32)
     return bmm_scaled_launch<float>(ctx, (const float *)A, (const float *)B, (float *)C, batch, m,
                                     n, p, trans_a, trans_b, scale, range_loss);

@@ -394,12 +394,18 @@ static bk_status plan_get(bk_context *ctx, cudnnHandle_t h, const conv_key *k,
       *out = &cache->slot[i];
       return BK_OK;
     }
+  /* Building a plan asks cuDNN for its heuristics and workspace sizes;
+   * that is not done while the stream is being captured. */
+  bk_status st = bk__cuda_refuse_capture(ctx, "bk_conv",
+                                         "building a cuDNN plan for a new shape (run the shape "
+                                         "once before capturing it)");
+  if (st != BK_OK) return st;
   int victim = cache->next;
   if (&cache->slot[victim] == keep) victim = (victim + 1) % CONV_CACHE_SLOTS;
   cache->next = (victim + 1) % CONV_CACHE_SLOTS;
   conv_plan *p = &cache->slot[victim];
   plan_clear(p);
-  bk_status st = plan_build(h, k, p);
+  st = plan_build(h, k, p);
   if (st != BK_OK) return st;
   *out = p;
   return BK_OK;
@@ -579,7 +585,7 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
   static const char fn[] = "bk_conv";
   *done = 0;
   void *hv = NULL;
-  bk_status st = bk__cuda_cudnn(ctx, &hv);
+  bk_status st = bk__cuda_cudnn(ctx, fn, &hv);
   if (st != BK_OK) return st;
   cudnnHandle_t h = (cudnnHandle_t)hv;
   conv_plan *pf = NULL, *pt = NULL;

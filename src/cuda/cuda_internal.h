@@ -31,12 +31,34 @@ typedef struct bk_cuda_stage {
   int pending;
 } bk_cuda_stage;
 
+/* Facts of the device read once when the context is created, so that no
+ * call queries the device again. */
+typedef struct bk_cuda_facts {
+  int smem_per_sm;       /* shared memory per multiprocessor, bytes */
+  int smem_optin;        /* dynamic shared memory a block may opt in to */
+  int smem_reserved;     /* shared memory the system reserves per block */
+  int regs_per_sm;       /* 32-bit registers per multiprocessor */
+} bk_cuda_facts;
+
+/* Attributes of one kernel set once per context (bk__cuda_func_prepare). */
+typedef struct bk_cuda_func {
+  const void *kern;
+  int dyn_smem, carveout, nonportable;
+  size_t static_smem; /* the kernel's own static shared memory */
+  int ok;             /* the attributes were accepted */
+} bk_cuda_func;
+
+#define BK_CUDA_FUNC_SLOTS 64
+
 typedef struct bk_cuda_ctx {
   int device;
   int sm_count;
   size_t l2_bytes;
+  bk_cuda_facts facts;
   cudaStream_t own_stream;  /* created non-blocking with the context */
-  cudaStream_t stream;      /* the stream work is queued on (own or caller's) */
+  /* The stream work is queued on: own_stream, a caller's stream, or NULL
+   * for CUDA's legacy default stream. */
+  cudaStream_t stream;
   void *cublas;             /* cublasHandle_t, created on first use */
   void *cudnn;              /* cudnnHandle_t, created on first use */
   void *cache[BK_CUDA_CACHE_SLOTS];
@@ -46,8 +68,13 @@ typedef struct bk_cuda_ctx {
    * several calls ahead of the device. */
   bk_cuda_stage stage[BK_CUDA_STAGE_SLOTS];
   int stage_next;
+  /* The host block of the upload begun and not yet finished that travels
+   * in kernel parameters (bk__cuda_upload_begin), else NULL. */
+  void *inline_host;
   /* A small device word for flags read back by the host (bmm_scaled). */
   int *flag;
+  /* Kernels whose attributes were set, open-addressed by kernel address. */
+  bk_cuda_func func[BK_CUDA_FUNC_SLOTS];
 } bk_cuda_ctx;
 
 /* The CUDA state of a context. */
@@ -80,17 +107,47 @@ bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t 
  * staging; same lifetime rules as bk__cuda_upload_indices. */
 bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *host, size_t bytes, void **dev);
 
-/* The same upload in two steps, for data built straight into the pinned
- * staging: begin gives *host, `bytes` of pinned memory to fill (and its
- * slot); finish queues its copy into fresh scratch memory (*dev). A begin
- * without a finish leaves the staging as it was. bytes > 0. */
+/* The same upload in two steps, for data built straight into host
+ * staging: begin gives *host, `bytes` of host memory to fill (and its
+ * slot); finish queues its copy into fresh scratch memory (*dev) and hands
+ * the staging back, also when it fails. Every begin that succeeded is
+ * followed by its finish. bytes > 0.
+ *
+ * Uploads of at most BK_CUDA_INLINE_BYTES, and every upload while the
+ * stream is being captured, travel in kernel parameters (copied by CUDA
+ * when the kernel is queued or captured), not through the pinned ring: a
+ * captured graph then owns its copy of the data, so each replay reads the
+ * data given at capture time, never a staging slot reused since. */
+#define BK_CUDA_INLINE_BYTES 3840
 bk_status bk__cuda_upload_begin(bk_context *ctx, size_t bytes, void **host, int *slot);
 bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void **dev);
 
 /* Library handles bound to the context's current stream, created on first
- * use. The out-parameter is a cublasHandle_t / cudnnHandle_t. */
-bk_status bk__cuda_cublas(bk_context *ctx, void **handle);
-bk_status bk__cuda_cudnn(bk_context *ctx, void **handle);
+ * use. The out-parameter is a cublasHandle_t / cudnnHandle_t. Creating a
+ * handle allocates and synchronizes, so a first use while the stream is
+ * being captured is refused with BK_ERR_UNSUPPORTED (fn named) and leaves
+ * the capture intact. */
+bk_status bk__cuda_cublas(bk_context *ctx, const char *fn, void **handle);
+bk_status bk__cuda_cudnn(bk_context *ctx, const char *fn, void **handle);
+
+/* *capturing = whether the context's stream is being captured into a CUDA
+ * graph (cudaStreamIsCapturing); a failed query is a status naming fn. */
+bk_status bk__cuda_capturing(bk_context *ctx, const char *fn, bool *capturing);
+
+/* BK_OK when the context's stream is not being captured; else
+ * BK_ERR_UNSUPPORTED naming fn and `what` (the step that cannot be
+ * captured), with nothing queued, so the capture stays valid. */
+bk_status bk__cuda_refuse_capture(bk_context *ctx, const char *fn, const char *what);
+
+/* Sets kern's dynamic shared memory limit (dyn_smem > 0, or -1 for all
+ * that a block may opt in to beside the kernel's static memory), its preferred
+ * carveout (percent, or -1 to leave it) and, with nonportable, permission
+ * for clusters above 8 CTAs, once per context and kernel: later calls with
+ * the same values only read the cache. *static_smem (may be NULL) gets the
+ * kernel's static shared memory. False, with the CUDA error cleared, when
+ * the device refuses the attributes. */
+bool bk__cuda_func_prepare(bk_context *ctx, const void *kern, int dyn_smem, int carveout,
+                           int nonportable, size_t *static_smem);
 
 /* Blocks per grid for a grid-stride kernel of `threads` threads a block over
  * `work` items: enough to fill the device, no more than the work needs. */

@@ -13,6 +13,13 @@
  * device memory and the work area is valid on whichever stream the context
  * uses at the time of the call.
  *
+ * A plan used while the stream is being captured into a CUDA graph is
+ * pinned: the graph's kernels read the plan's device tables at every
+ * replay, so the plan stays until the context is destroyed and is never
+ * evicted. Creating a plan allocates and synchronizes, so a miss while
+ * capturing is refused (BK_ERR_UNSUPPORTED): run the shape once before
+ * capturing it.
+ *
  * The inverse never touches its input: cuFFT's C2R overwrites its input, so
  * the spectrum is first copied into scratch by one kernel that also zeroes
  * the ignored imaginary parts (bin 0 and, for even n, bin n/2) and, for the
@@ -118,6 +125,7 @@ typedef struct fft_plan_entry {
   cufftHandle plan;
   size_t work_bytes;
   uint64_t last_use;
+  int pinned; /* used by a captured graph: never evicted */
 } fft_plan_entry;
 
 typedef struct fft_cache {
@@ -181,24 +189,39 @@ static bk_status fft_plan(bk_context *ctx, const char *fn, bk_dtype dt, int inve
     c->cache[BK_CUDA_CACHE_FFT] = cache;
     c->cache_free[BK_CUDA_CACHE_FFT] = fft_cache_free;
   }
+  bool capturing = false;
+  bk_status st = bk__cuda_capturing(ctx, fn, &capturing);
+  if (st != BK_OK) return st;
   fft_plan_entry *victim = NULL;
   for (int i = 0; i < FFT_CACHE_CAP; i++) {
     fft_plan_entry *e = &cache->entry[i];
     if (e->live && e->dtype == (int)dt && e->inverse == inverse && e->n == n &&
         e->batch == batch) {
       e->last_use = ++cache->clock;
+      if (capturing) e->pinned = 1;
       *out = e;
       return BK_OK;
     }
+    if (e->pinned) continue;
     if (!victim || (victim->live && (!e->live || e->last_use < victim->last_use))) victim = e;
   }
+  if (capturing)
+    return bk__fail(BK_ERR_UNSUPPORTED, fn,
+                    "no cuFFT plan for n = %lld, batch = %lld yet and plans cannot be created "
+                    "while the stream is being captured: run the shape once before capturing it",
+                    (long long)n, (long long)batch);
+  if (!victim)
+    return bk__fail(BK_ERR_UNSUPPORTED, fn,
+                    "all %d cached cuFFT plans are pinned by captured graphs; no plan for n = "
+                    "%lld, batch = %lld can be added to this context",
+                    FFT_CACHE_CAP, (long long)n, (long long)batch);
   if (victim->live) {
     (void)cufftDestroy(victim->plan);
     victim->live = 0;
   }
 
   cufftHandle plan;
-  bk_status st = cufft_status(cufftCreate(&plan), fn, "cufftCreate", n, batch);
+  st = cufft_status(cufftCreate(&plan), fn, "cufftCreate", n, batch);
   if (st != BK_OK) return st;
   /* The work area comes from the context's scratch pool at each call. */
   st = cufft_status(cufftSetAutoAllocation(plan, 0), fn, "cufftSetAutoAllocation", n, batch);
@@ -223,6 +246,7 @@ static bk_status fft_plan(bk_context *ctx, const char *fn, bk_dtype dt, int inve
       victim->plan = plan;
       victim->work_bytes = work;
       victim->last_use = ++cache->clock;
+      victim->pinned = 0;
       *out = victim;
       return BK_OK;
     }

@@ -2,7 +2,10 @@
  * gather.cu — CUDA gather and deterministic scatter-add of rows with host
  * indices.
  *
- * Gather: the indices go up once as uint32 (bk__cuda_upload_indices); the
+ * Gather: the indices go to the kernel as uint32, in its parameters when
+ * they fit (a small gather is then one launch, and a captured graph keeps
+ * the indices it was captured with), else uploaded once
+ * (bk__cuda_upload_indices); the
  * kernel walks the output in 16-byte vectors (when cols and the pointers
  * allow), finds each vector's row with a multiply-shift divider and copies
  * from the selected row or writes exact zeros for an index >= rows.
@@ -33,6 +36,13 @@ struct alignas(W * sizeof(T)) vec {
   T v[W];
 };
 
+/* Up to BK_CUDA_INLINE_BYTES of indices passed by value in the kernel's
+ * parameters. */
+struct inline_idx {
+  uint32_t v[BK_CUDA_INLINE_BYTES / sizeof(uint32_t)];
+  __device__ __forceinline__ uint32_t operator[](uint64_t i) const { return v[i]; }
+};
+
 /* Groups each thread keeps in flight per loop trip. */
 #define BK_GATHER_UNROLL 4
 
@@ -41,9 +51,9 @@ struct alignas(W * sizeof(T)) vec {
 /* y (k, cols) <- rows of mat (rows, cols) chosen by idx (k); an index >= rows
  * gives a row of +0. Group v covers elements [v*W, v*W + W) of y, all in one
  * row because cols is a multiple of W. */
-template <typename T, int W>
+template <typename T, int W, typename I>
 static __global__ void __launch_bounds__(256)
-    gather_kernel(const T *__restrict__ mat, T *__restrict__ y, const uint32_t *__restrict__ idx,
+    gather_kernel(const T *__restrict__ mat, T *__restrict__ y, const I idx,
                   int64_t rows, int64_t cols, bk_divider dc, int64_t groups) {
   typedef vec<T, W> V;
   const int64_t step = (int64_t)gridDim.x * blockDim.x;
@@ -167,9 +177,9 @@ static __global__ void __launch_bounds__(256)
 
 static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-template <typename T>
+template <typename T, typename I>
 static bk_status launch_gather(bk_context *ctx, const char *fn, const T *mat, T *y, int64_t rows,
-                               int64_t cols, const uint32_t *idx, int64_t k) {
+                               int64_t cols, const I &idx, int64_t k) {
   constexpr int W = 16 / sizeof(T);
   const int64_t total = k * cols;
   const bk_divider dc = bk_divider_make((uint64_t)cols);
@@ -177,11 +187,11 @@ static bk_status launch_gather(bk_context *ctx, const char *fn, const T *mat, T 
   /* mat is never read when rows == 0 (every index is out of range). */
   if (cols % W == 0 && al16(y) && (rows == 0 || al16(mat))) {
     const int64_t groups = total / W;
-    gather_kernel<T, W><<<bk_cuda_blocks(ctx, groups, 256), 256, 0, s>>>(mat, y, idx, rows, cols,
-                                                                        dc, groups);
+    gather_kernel<T, W, I><<<bk_cuda_blocks(ctx, groups, 256), 256, 0, s>>>(mat, y, idx, rows,
+                                                                           cols, dc, groups);
   } else {
-    gather_kernel<T, 1><<<bk_cuda_blocks(ctx, total, 256), 256, 0, s>>>(mat, y, idx, rows, cols,
-                                                                       dc, total);
+    gather_kernel<T, 1, I><<<bk_cuda_blocks(ctx, total, 256), 256, 0, s>>>(mat, y, idx, rows,
+                                                                          cols, dc, total);
   }
   return bk__cuda_launched(fn, "gather_kernel");
 }
@@ -447,13 +457,21 @@ extern "C" bk_status bk__cuda_rows_gather(bk_context *ctx, bk_dtype dt, const vo
   static const char fn[] = "bk_rows_gather";
   if (dt != BK_F32 && dt != BK_F64)
     return bk__fail(BK_ERR_DTYPE, fn, "dtype %d is not supported by the CUDA backend", (int)dt);
+  if ((uint64_t)k <= sizeof(inline_idx) / sizeof(uint32_t)) {
+    inline_idx v;
+    for (int64_t r = 0; r < k; r++) v.v[r] = (uint32_t)idx[r];
+    if (dt == BK_F32)
+      return launch_gather<float>(ctx, fn, (const float *)mat, (float *)y, rows, cols, v, k);
+    return launch_gather<double>(ctx, fn, (const double *)mat, (double *)y, rows, cols, v, k);
+  }
   uint32_t *dev = NULL;
   bk_status st = bk__cuda_upload_indices(ctx, idx, k, &dev);
   if (st != BK_OK) return st;
+  const uint32_t *didx = dev;
   if (dt == BK_F32)
-    st = launch_gather<float>(ctx, fn, (const float *)mat, (float *)y, rows, cols, dev, k);
+    st = launch_gather<float>(ctx, fn, (const float *)mat, (float *)y, rows, cols, didx, k);
   else
-    st = launch_gather<double>(ctx, fn, (const double *)mat, (double *)y, rows, cols, dev, k);
+    st = launch_gather<double>(ctx, fn, (const double *)mat, (double *)y, rows, cols, didx, k);
   bk__cuda_scratch_free(ctx, dev);
   return st;
 }

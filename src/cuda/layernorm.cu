@@ -1579,10 +1579,9 @@ static bk_status ln_fwd_wide(bk_context *ctx, const char *fn, const T *x, const 
   *done = 0;
   /* Shapes the policy never takes leave before any call into the runtime. */
   if (!ln_wide_select(esz, rows, cols, sm, LN_WIDE_MAX_CLUSTER, INT64_MAX, &p)) return BK_OK;
-  const int device = bk_cu(ctx)->device;
   int64_t lim_block = 0, lim_cluster = 0;
-  if (!rc_prepare(ln_fwd_wide_kernel<T, false>, device, &lim_block) ||
-      !rc_prepare(ln_fwd_wide_kernel<T, true>, device, &lim_cluster))
+  if (!rc_prepare(ctx, ln_fwd_wide_kernel<T, false>, &lim_block) ||
+      !rc_prepare(ctx, ln_fwd_wide_kernel<T, true>, &lim_cluster))
     return BK_OK;
   const int64_t limit = lim_block < lim_cluster ? lim_block : lim_cluster;
   if (!ln_wide_select(esz, rows, cols, sm, LN_WIDE_MAX_CLUSTER, limit, &p)) return BK_OK;

@@ -692,22 +692,18 @@ static bk_status rcx_launch(bk_context *ctx, const char *fn, const T *x, const T
   if (C < 2 || sl > cap || rows * C < RCX_FILL_PER_SM * sm) return BK_OK;
 
   auto kern = rcx_softmax_kernel<T, MASKED, SPLIT, THREADS, KREG, MINB>;
-  const int device = bk_cu(ctx)->device;
-  int per_sm = 0, reserved = 0;
-  cudaFuncAttributes fa;
-  if (!rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  (int)smem_max)) ||
-      !rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) ||
-      !rc_ok(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
-                                    device)) ||
-      !rc_ok(cudaFuncGetAttributes(&fa, kern)) || per_sm <= 0)
+  /* The attributes are set once per context: first the size and the
+   * cluster permission (which tell the kernel's static memory), then the
+   * carveout that follows from them, a hint only. */
+  const bk_cuda_facts *dev = &bk_cu(ctx)->facts;
+  size_t fixed = 0;
+  if (dev->smem_per_sm <= 0 ||
+      !bk__cuda_func_prepare(ctx, (const void *)kern, (int)smem_max, -1, 1, &fixed))
     return BK_OK;
-  if (!rc_ok(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device)))
-    reserved = 1024;
-  const int64_t need = (int64_t)MINB * (smem_max + (int64_t)fa.sharedSizeBytes + reserved);
-  const int64_t pct = (need * 100 + per_sm - 1) / per_sm;
-  (void)rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                   (int)(pct < 100 ? pct : 100))); /* a hint only */
+  const int64_t need = (int64_t)MINB * (smem_max + (int64_t)fixed + dev->smem_reserved);
+  const int64_t pct = (need * 100 + dev->smem_per_sm - 1) / dev->smem_per_sm;
+  (void)bk__cuda_func_prepare(ctx, (const void *)kern, (int)smem_max, (int)(pct < 100 ? pct : 100),
+                              1, NULL);
 
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg =
@@ -761,7 +757,6 @@ static bk_status rc_softmax(bk_context *ctx, const void *x, const void *mask, vo
         rcx_softmax<T, MASKED>(ctx, fn, (const T *)x, (const T *)mask, (T *)y, rows, cols, done);
     if (st != BK_OK || *done) return st;
   }
-  const int device = bk_cu(ctx)->device;
   const int64_t sm = bk_cu(ctx)->sm_count;
   rc_plan p;
   /* Shapes the policy never takes leave before any call into the runtime,
@@ -769,8 +764,8 @@ static bk_status rc_softmax(bk_context *ctx, const void *x, const void *mask, vo
   if (!rc_select((int64_t)sizeof(T), MASKED, rows, cols, sm, RC_MAX_CLUSTER, INT64_MAX, &p))
     return BK_OK;
   int64_t lim_block = 0, lim_cluster = 0;
-  if (!rc_prepare(rc_softmax_kernel<T, MASKED, false>, device, &lim_block) ||
-      !rc_prepare(rc_softmax_kernel<T, MASKED, true>, device, &lim_cluster))
+  if (!rc_prepare(ctx, rc_softmax_kernel<T, MASKED, false>, &lim_block) ||
+      !rc_prepare(ctx, rc_softmax_kernel<T, MASKED, true>, &lim_cluster))
     return BK_OK;
   const int64_t limit = lim_block < lim_cluster ? lim_block : lim_cluster;
   const T *xt = (const T *)x, *mt = (const T *)mask;

@@ -125,23 +125,15 @@ static inline bool rc_ok(cudaError_t err) {
 
 /* Sets kern's shared-memory attributes to fixed values (they depend only
  * on the device and the kernel, so concurrent callers never lower them
- * under one another) and fills *limit with the dynamic bytes a block may
- * use. False when an attribute cannot be set. */
+ * under one another; set once per context) and fills *limit with the
+ * dynamic bytes a block may use. False when an attribute cannot be set. */
 template <typename K>
-static bool rc_prepare(K kern, int device, int64_t *limit) {
-  int optin = 0;
-  if (!rc_ok(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device)))
+static bool rc_prepare(bk_context *ctx, K kern, int64_t *limit) {
+  size_t fixed = 0;
+  if (!bk__cuda_func_prepare(ctx, (const void *)kern, -1, (int)cudaSharedmemCarveoutMaxShared, 0,
+                             &fixed))
     return false;
-  cudaFuncAttributes fa;
-  if (!rc_ok(cudaFuncGetAttributes(&fa, kern))) return false;
-  const int dyn = optin - (int)fa.sharedSizeBytes;
-  if (dyn <= 0) return false;
-  if (!rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn)))
-    return false;
-  if (!rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  (int)cudaSharedmemCarveoutMaxShared)))
-    return false;
-  *limit = dyn;
+  *limit = (int64_t)bk_cu(ctx)->facts.smem_optin - (int64_t)fixed;
   return true;
 }
 
