@@ -17,6 +17,21 @@
  *    failure every out-parameter is set to NULL and nothing leaks. A NULL
  *    out-parameter is BK_ERR_NULL naming it, after every other out-parameter
  *    has been set to NULL.
+ *  - Out-parameters are write-only: the library never reads what a slot
+ *    holds, so an uninitialized variable is a valid slot, and it never
+ *    releases a handle it finds there. Two out-parameters of one call that
+ *    are the same slot (or, for bk_bmm_scaled, a range_loss overlapping
+ *    out) are BK_ERR_INVALID_ARGUMENT naming both, reported before anything
+ *    is allocated and after a NULL out-parameter: one slot cannot hold two
+ *    results without losing one. An out-parameter may be the address of
+ *    the caller's variable that holds an input, as in
+ *    bk_softmax(ctx, x, dims, rank, axis, &x): inputs are passed by value,
+ *    so the call reads the input as passed, and the variable then holds the
+ *    result (NULL after a failure). The input's handle is not released: the
+ *    caller must keep another reference to release it, as with any input.
+ *    Detecting this case would require reading slots the caller may leave
+ *    uninitialized, and releasing the input would take a reference the
+ *    caller did not give.
  *  - All numeric buffers of one call share one dtype (masks and weights
  *    included); a mismatch is BK_ERR_DTYPE. Results keep that dtype.
  *  - A primitive runs on the device of its inputs. All inputs must live on
@@ -26,6 +41,16 @@
  *  - Sizes are int64_t; a negative size is BK_ERR_INVALID_ARGUMENT; every
  *    product of sizes is overflow-checked (an overflow is
  *    BK_ERR_INVALID_ARGUMENT). Flags documented as 0/1 reject other values.
+ *  - Every integer argument accepts its type's whole range: ranks, axes and
+ *    depths (int), sizes, strides, paddings, dilations, groups, counts and
+ *    positions (int64_t) are compared and combined only through
+ *    overflow-checked arithmetic (an axis is checked as 0 <= axis < rank,
+ *    never by forming axis + 1), so any value is either a valid call or
+ *    BK_ERR_INVALID_ARGUMENT naming the argument; a sum or product of
+ *    arguments that leaves int64_t (a padded extent, a kernel span, a
+ *    result length) is BK_ERR_INVALID_ARGUMENT as well, and so is a result
+ *    whose byte size does not fit. The backends receive only geometry whose
+ *    every intermediate is proven to fit.
  *  - Host index arrays are const uint64_t *; an index above UINT32_MAX is
  *    BK_ERR_INVALID_ARGUMENT.
  *  - Every fallible function returns bk_status (BK_OK is 0) and records a
@@ -321,9 +346,10 @@ struct DLManagedTensor;
  * writes into an imported tensor. ctx may be NULL; when given, the tensor must
  * be on ctx's device. Returns BK_ERR_NULL, BK_ERR_DTYPE (other dtypes),
  * BK_ERR_UNSUPPORTED (other devices, or a CUDA tensor in a build without CUDA),
- * BK_ERR_INVALID_ARGUMENT (strided layout, negative extent, ndim above
- * BK_MAX_RANK, element count overflow), BK_ERR_DEVICE_MISMATCH,
- * BK_ERR_OUT_OF_MEMORY.
+ * BK_ERR_INVALID_ARGUMENT (strided layout, negative extent, ndim outside
+ * [0, BK_MAX_RANK], element count or byte size overflow, a byte_offset that
+ * carries the elements past the end of the address space, a negative CUDA
+ * device_id), BK_ERR_DEVICE_MISMATCH, BK_ERR_OUT_OF_MEMORY.
  */
 BK_API BK_NODISCARD bk_status bk_buffer_from_dlpack(bk_context *ctx, struct DLManagedTensor *tensor,
                                                     bk_buffer **out);
@@ -433,7 +459,11 @@ BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *
  * (groups == C_in) use a direct kernel.
  * Returns BK_ERR_INVALID_ARGUMENT for groups <= 0, C_in or C_out not
  * divisible by groups, kernel_dims[1] != C_in, k, stride or dilation <= 0,
- * negative padding, length mismatches; plus the usual statuses.
+ * negative padding, (k-1)*dil + 1 or in + before + after outside int64,
+ * length mismatches; plus the usual statuses. Any stride, padding and
+ * dilation within those bounds is valid, however large: with one tap
+ * (k == 1) the dilation does not enter the result, and outputs whose
+ * window lies in the padding are the bias (or 0).
  */
 BK_API BK_NODISCARD bk_status bk_conv(bk_context *ctx, const bk_buffer *input,
                                       const bk_buffer *kernel, const bk_buffer *bias,
@@ -542,7 +572,8 @@ BK_API BK_NODISCARD bk_status bk_broadcast_to_adjoint(bk_context *ctx, const bk_
                                                       const int64_t *axis_map, bk_buffer **out);
 
 /* Transposes axes depth and depth+1 of the tensor dims; requires
- * 0 <= depth and depth + 1 < rank. An empty tensor gives an empty result. */
+ * 0 <= depth < rank - 1 (any other int, INT_MAX included, is
+ * BK_ERR_INVALID_ARGUMENT). An empty tensor gives an empty result. */
 BK_API BK_NODISCARD bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer *x,
                                                const int64_t *dims, int rank, int depth,
                                                bk_buffer **out);

@@ -81,7 +81,19 @@ bk_status bk__clear_outs(const char *fn, int n, bk_buffer **const *outs,
     if (outs[i]) *outs[i] = NULL;
   for (int i = 0; i < n; i++)
     if (!outs[i]) return bk__fail(BK_ERR_NULL, fn, "%s is NULL", names[i]);
+  /* One slot cannot hold two results: the second store would lose the first
+   * buffer. Rejected here, before any output exists. */
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++)
+      if (outs[i] == outs[j])
+        return bk__fail(BK_ERR_INVALID_ARGUMENT, fn,
+                        "%s and %s are the same out-parameter (each result needs its own slot)",
+                        names[i], names[j]);
   return BK_OK;
+}
+
+bk_status bk__clear_out(const char *fn, bk_buffer **out) {
+  return bk__clear_outs(fn, 1, (bk_buffer **const[]){out}, (const char *const[]){"out"});
 }
 
 void bk__drop(bk_buffer **p) {
@@ -108,9 +120,9 @@ static bk_status resolve_ctx(const char *fn, bk_context **ctx) {
 
 bk_status bk_buffer_zeros(bk_context *ctx, bk_dtype dtype, int64_t length, bk_buffer **out) {
   static const char fn[] = "bk_buffer_zeros";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = resolve_ctx(fn, &ctx);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = resolve_ctx(fn, &ctx);
   if (st != BK_OK) return st;
   bk_buffer *b = NULL;
   st = buffer_alloc(fn, ctx, dtype, length, &b);
@@ -129,11 +141,11 @@ bk_status bk_buffer_zeros(bk_context *ctx, bk_dtype dtype, int64_t length, bk_bu
 bk_status bk_buffer_from_host(bk_context *ctx, bk_dtype dtype, const void *data, int64_t length,
                               bk_buffer **out) {
   static const char fn[] = "bk_buffer_from_host";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   if (length > 0 && !data)
     return bk__fail(BK_ERR_NULL, fn, "data is NULL with length = %" PRId64, length);
-  bk_status st = resolve_ctx(fn, &ctx);
+  st = resolve_ctx(fn, &ctx);
   if (st != BK_OK) return st;
   bk_buffer *b = NULL;
   st = buffer_alloc(fn, ctx, dtype, length, &b);
@@ -184,9 +196,9 @@ bk_status bk_buffer_to_host(bk_context *ctx, const bk_buffer *buf, void *data, i
 
 bk_status bk_buffer_copy(bk_context *dst_ctx, const bk_buffer *src, bk_buffer **out) {
   static const char fn[] = "bk_buffer_copy";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = bk__check_ptr(fn, "src", src);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = bk__check_ptr(fn, "src", src);
   if (st != BK_OK) return st;
   st = resolve_ctx(fn, &dst_ctx);
   if (st != BK_OK) return st;

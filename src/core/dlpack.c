@@ -16,8 +16,8 @@ static void import_release(void *arg) {
 bk_status bk_buffer_from_dlpack(bk_context *ctx, struct DLManagedTensor *tensor,
                                 bk_buffer **out) {
   static const char fn[] = "bk_buffer_from_dlpack";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   if (!tensor) return bk__fail(BK_ERR_NULL, fn, "tensor is NULL");
   const DLTensor *t = &tensor->dl_tensor;
   bk_dtype dtype;
@@ -32,6 +32,9 @@ bk_status bk_buffer_from_dlpack(bk_context *ctx, struct DLManagedTensor *tensor,
   if (t->device.device_type == kDLCPU) {
     dev = (bk_device){BK_DEVICE_CPU, 0};
   } else if (t->device.device_type == kDLCUDA) {
+    if (t->device.device_id < 0)
+      return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "tensor device_id = %" PRId32 " is negative",
+                      (int32_t)t->device.device_id);
     dev = (bk_device){BK_DEVICE_CUDA, t->device.device_id};
     if (!bk__backend_for(BK_DEVICE_CUDA))
       return bk__fail(BK_ERR_UNSUPPORTED, fn, "tensor is on a CUDA device but this build has no CUDA backend");
@@ -46,7 +49,7 @@ bk_status bk_buffer_from_dlpack(bk_context *ctx, struct DLManagedTensor *tensor,
     return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "tensor ndim = %d outside [0, %d]", t->ndim, BK_MAX_RANK);
   if (t->ndim > 0 && !t->shape) return bk__fail(BK_ERR_NULL, fn, "tensor shape is NULL");
   int64_t length = 0;
-  bk_status st = bk__product(fn, "tensor shape", t->shape, t->ndim, &length);
+  st = bk__product(fn, "tensor shape", t->shape, t->ndim, &length);
   if (st != BK_OK) return st;
   if (t->strides && length > 0) {
     int64_t expect = 1;
@@ -59,9 +62,17 @@ bk_status bk_buffer_from_dlpack(bk_context *ctx, struct DLManagedTensor *tensor,
     }
   }
   size_t es = bk__dtype_size(dtype);
-  if ((uint64_t)length > SIZE_MAX / es)
+  if ((uint64_t)length > SIZE_MAX / es || (uint64_t)length > (uint64_t)INT64_MAX / es)
     return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "tensor of %" PRId64 " elements overflows the byte size", length);
   if (length > 0 && !t->data) return bk__fail(BK_ERR_NULL, fn, "tensor data is NULL");
+  /* The elements occupy [data + byte_offset, data + byte_offset + bytes):
+   * that range must not wrap around the address space. */
+  const uint64_t bytes = (uint64_t)length * es;
+  if (length > 0 && (t->byte_offset > UINTPTR_MAX - (uintptr_t)t->data ||
+                     bytes > UINTPTR_MAX - (uintptr_t)t->data - t->byte_offset))
+    return bk__fail(BK_ERR_INVALID_ARGUMENT, fn,
+                    "tensor byte_offset = %" PRIu64 " puts its %" PRIu64 " bytes past the end of the address space",
+                    (uint64_t)t->byte_offset, bytes);
   if (length == 0) {
     /* Zero-length buffers hold no memory: the producer's is returned now. */
     st = bk__buffer_foreign(dtype, 0, dev, NULL, NULL, NULL, out);

@@ -114,3 +114,15 @@ bk_status bk__check_indices(const char *fn, const uint64_t *indices, int64_t k) 
   }
   return BK_OK;
 }
+
+bk_status bk__check_range(const char *fn, const char *name, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v >= hi) {
+    if (hi <= lo)
+      return bk__fail(BK_ERR_INVALID_ARGUMENT, fn,
+                      "%s = %" PRId64 ": the range [%" PRId64 ", %" PRId64 ") is empty", name, v,
+                      lo, hi);
+    return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "%s = %" PRId64 " outside [%" PRId64 ", %" PRId64 ")",
+                    name, v, lo, hi);
+  }
+  return BK_OK;
+}

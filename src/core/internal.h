@@ -72,6 +72,10 @@ bk_status bk__check_dims(const char *fn, const char *name, const int64_t *dims, 
                          int lo, int64_t *elems);
 /* Checks host indices: non-NULL when k > 0 and each <= UINT32_MAX. */
 bk_status bk__check_indices(const char *fn, const uint64_t *indices, int64_t k);
+/* BK_ERR_INVALID_ARGUMENT naming `name` unless lo <= v < hi. Axes and depths
+ * are int and ranks bounded, so callers form the bounds in int64 (rank - 1,
+ * not depth + 1) and no comparison can overflow. */
+bk_status bk__check_range(const char *fn, const char *name, int64_t v, int64_t lo, int64_t hi);
 
 /* ---- contexts ------------------------------------------------------------ */
 
@@ -121,11 +125,17 @@ bk_status bk__buffer_foreign(bk_dtype dtype, int64_t length, bk_device device, v
 /* Buffers alive in the process (the reliability tests read it). */
 extern atomic_llong bk__live_buffer_count;
 
-/* For multi-output primitives: clears every non-NULL out-parameter of
- * outs[0..n) first, then reports the first NULL one by its name, so a caller
- * passing one NULL slot still gets the others cleared. */
+/* The out-parameter rule of the header, in the one place every primitive
+ * passes through before it checks anything else: clears every non-NULL
+ * out-parameter of outs[0..n) (never reading what the slots held), then
+ * reports the first NULL one by its name (BK_ERR_NULL), then two
+ * out-parameters that are the same slot (BK_ERR_INVALID_ARGUMENT naming
+ * both), so that a failure leaves every slot NULL and nothing is allocated
+ * for a call whose results could not all be returned. */
 bk_status bk__clear_outs(const char *fn, int n, bk_buffer **const *outs,
                          const char *const *names);
+/* bk__clear_outs for a primitive with the single out-parameter `out`. */
+bk_status bk__clear_out(const char *fn, bk_buffer **out);
 
 /* Releases *p (if any) and sets it to NULL; for the failure paths of
  * multi-output primitives. */

@@ -17,10 +17,14 @@ typedef struct conv_axis {
 } conv_axis;
 
 /* The taps [*lo, *hi) of an axis that read inside the input for output
- * coordinate o: 0 <= o*stride + kappa*dil - before < in. */
+ * coordinate o: 0 <= o*stride + kappa*dil - before < in. The front door
+ * proves o*stride <= padded - 1, so base lies in [-before, in + after) and
+ * in - 1 - base in [-after, in - 1 + before]; the first in-range tap is
+ * ceil(-base / dil), formed as (-base - 1)/dil + 1 so that nothing is added
+ * to -base (which may be as large as INT64_MAX). */
 static void tap_range(const conv_axis *a, int64_t o, int64_t *lo, int64_t *hi) {
   const int64_t base = o * a->stride - a->before; /* input coordinate of tap 0 */
-  int64_t l = base >= 0 ? 0 : (-base + a->dil - 1) / a->dil;
+  int64_t l = base >= 0 ? 0 : (-base - 1) / a->dil + 1;
   int64_t h = a->in - 1 - base < 0 ? 0 : (a->in - 1 - base) / a->dil + 1;
   if (h > a->k) h = a->k;
   if (l > h) l = h;

@@ -421,6 +421,12 @@ static bool dw_plan(const bk_conv_geom *g, size_t elem, dw_geom *d, int *threads
   const int64_t cap = (int64_t)(48 * 1024 / elem);
   const int64_t k = g->k[0], stride = g->stride[0], dil = g->dilation[0];
   if (stride > cap || dil > cap || k - 1 > cap || (k - 1) * dil > cap) return false;
+  /* The kernel forms flat indices (row start + input coordinate) over the
+   * staged span, from -pad_before - V to x_len + pad_after + V. With both
+   * paddings at most cap they stay within 2*cap of the input, whose length
+   * is at most INT64_MAX / elem (its byte size fits), so none overflows.
+   * Wider padding goes to the general routes. */
+  if (g->pad_before[0] > cap || g->pad_after[0] > cap) return false;
   const int64_t per_max = elem == 4 ? 8 : 4;
   int64_t tile = g->out[0] < 256 * per_max ? g->out[0] : 256 * per_max;
   for (;;) {

@@ -45,10 +45,10 @@ static bk_status check_bmm(const char *fn, const bk_buffer *A, const bk_buffer *
 bk_status bk_bmm(bk_context *ctx, const bk_buffer *A, const bk_buffer *B, int64_t batch,
                  int64_t m, int64_t n, int64_t p, int trans_a, int trans_b, bk_buffer **out) {
   static const char fn[] = "bk_bmm";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   bmm_sizes sz;
-  bk_status st = check_bmm(fn, A, B, batch, m, n, p, trans_a, trans_b, &sz);
+  st = check_bmm(fn, A, B, batch, m, n, p, trans_a, trans_b, &sz);
   if (st != BK_OK) return st;
   bk_call c;
   st = bk__bind(&c, fn, ctx, 2, (const bk_buffer *const[]){A, B},
@@ -76,12 +76,18 @@ bk_status bk_bmm_scaled(bk_context *ctx, const bk_buffer *A, const bk_buffer *B,
   static const char fn[] = "bk_bmm_scaled";
   /* Both out-parameters are cleared before any other check, so a failure
    * leaves NULL and 0 behind whichever argument was wrong. */
-  if (out) *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
   if (range_loss) *range_loss = 0;
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
+  if (st != BK_OK) return st;
   if (!range_loss) return bk__fail(BK_ERR_NULL, fn, "range_loss is NULL");
+  /* A flag stored over the result's slot would corrupt the handle. Both were
+   * cleared to zero bytes above, so *out still reads NULL. The addresses are
+   * compared as integers: they may belong to different objects. */
+  const uintptr_t o = (uintptr_t)out, r = (uintptr_t)range_loss;
+  if (r < o + sizeof *out && o < r + sizeof *range_loss)
+    return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "range_loss and out overlap");
   bmm_sizes sz;
-  bk_status st = check_bmm(fn, A, B, batch, m, n, p, trans_a, trans_b, &sz);
+  st = check_bmm(fn, A, B, batch, m, n, p, trans_a, trans_b, &sz);
   if (st != BK_OK) return st;
   if (!isfinite(scale) || !(scale > 0))
     return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "scale = %g must be finite and > 0", scale);

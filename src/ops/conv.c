@@ -14,9 +14,18 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-/* Per-axis checks of the kernel extent, stride, dilation and padding, and
+/*
+ * Per-axis checks of the kernel extent, stride, dilation and padding, and
  * the output extent: out = padded < eff ? 0 : (padded - eff)/stride + 1
- * with eff = (k-1)*dil + 1 and padded = in + before + after. */
+ * with eff = (k-1)*dil + 1 and padded = in + before + after.
+ *
+ * Once eff and padded are known to fit in int64, every coordinate a
+ * backend forms fits too, so the backends need no checks of their own: for
+ * every output o < out and tap t < k, (out-1)*stride <= padded - eff, hence
+ * 0 <= o*stride <= o*stride + t*dil <= padded - 1, and the input coordinate
+ * o*stride + t*dil - before lies in [-before, in + after - 1]. An axis
+ * with out == 0 empties the result, and no backend is called.
+ */
 static bk_status conv_axis(const char *fn, int a, int64_t in, int64_t k, int64_t stride,
                            int64_t before, int64_t after, int64_t dil, int64_t *out) {
   if (k <= 0)
@@ -95,9 +104,9 @@ bk_status bk_conv(bk_context *ctx, const bk_buffer *input, const bk_buffer *kern
                   const int64_t *pad_before, const int64_t *pad_after, const int64_t *dilation,
                   int64_t groups, bk_buffer **out) {
   static const char fn[] = "bk_conv";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = bk__check_ptr(fn, "input", input);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = bk__check_ptr(fn, "input", input);
   if (st == BK_OK) st = bk__check_ptr(fn, "kernel", kernel);
   if (st != BK_OK) return st;
   if (spatial_rank < 1 || spatial_rank > 3)
@@ -155,7 +164,10 @@ bk_status bk_conv(bk_context *ctx, const bk_buffer *input, const bk_buffer *kern
     g.stride[a] = stride[a];
     g.pad_before[a] = pad_before[a];
     g.pad_after[a] = pad_after[a];
-    g.dilation[a] = dilation[a];
+    /* A one-tap kernel never multiplies its dilation (eff = 1 whatever it
+     * is), so the backends get 1: an extreme dilation then never reaches
+     * their arithmetic, and the result is the same. */
+    g.dilation[a] = g.k[a] == 1 ? 1 : dilation[a];
     st = conv_axis(fn, a, g.in[a], g.k[a], stride[a], pad_before[a], pad_after[a], dilation[a],
                    &g.out[a]);
     if (st != BK_OK) return st;

@@ -25,9 +25,9 @@ static bk_status check_geometry(const char *fn, int64_t batch, int64_t n, int64_
 bk_status bk_rfft(bk_context *ctx, const bk_buffer *x, int64_t batch, int64_t n,
                   bk_buffer **out) {
   static const char fn[] = "bk_rfft";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = bk__check_ptr(fn, "x", x);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = bk__check_ptr(fn, "x", x);
   if (st != BK_OK) return st;
   int64_t signal = 0, spectrum = 0;
   st = check_geometry(fn, batch, n, &signal, &spectrum);
@@ -51,9 +51,9 @@ bk_status bk_rfft(bk_context *ctx, const bk_buffer *x, int64_t batch, int64_t n,
  * backend's transform when normalize is 1. */
 static bk_status inverse(const char *fn, bk_context *ctx, const bk_buffer *spec, int64_t batch,
                          int64_t n, int normalize, bk_buffer **out) {
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = bk__check_ptr(fn, "spec", spec);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = bk__check_ptr(fn, "spec", spec);
   if (st != BK_OK) return st;
   int64_t signal = 0, spectrum = 0;
   st = check_geometry(fn, batch, n, &signal, &spectrum);

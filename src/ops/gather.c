@@ -14,10 +14,10 @@
 bk_status bk_rows_gather(bk_context *ctx, const bk_buffer *mat, int64_t rows, int64_t cols,
                          const uint64_t *indices, int64_t k, bk_buffer **out) {
   static const char fn[] = "bk_rows_gather";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t mat_len = 0, out_len = 0;
-  bk_status st = bk__check_ptr(fn, "mat", mat);
+  st = bk__check_ptr(fn, "mat", mat);
   if (st == BK_OK) st = bk__check_size(fn, "rows", rows);
   if (st == BK_OK) st = bk__check_size(fn, "cols", cols);
   if (st == BK_OK) st = bk__check_size(fn, "k", k);
@@ -46,10 +46,10 @@ bk_status bk_rows_scatter_add(bk_context *ctx, const bk_buffer *mat, const bk_bu
                               int64_t rows, int64_t cols, const uint64_t *indices, int64_t k,
                               bk_buffer **out) {
   static const char fn[] = "bk_rows_scatter_add";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t mat_len = 0, val_len = 0;
-  bk_status st = bk__check_ptr(fn, "mat", mat);
+  st = bk__check_ptr(fn, "mat", mat);
   if (st == BK_OK) st = bk__check_ptr(fn, "values", values);
   if (st == BK_OK) st = bk__check_size(fn, "rows", rows);
   if (st == BK_OK) st = bk__check_size(fn, "cols", cols);

@@ -35,10 +35,10 @@ static bk_status copy_result(bk_call *c, const bk_buffer *src, int64_t length, b
 bk_status bk_broadcast_col(bk_context *ctx, const bk_buffer *vec, int64_t rows, int64_t cols,
                            bk_buffer **out) {
   static const char fn[] = "bk_broadcast_col";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = bk__check_ptr(fn, "vec", vec);
+  st = bk__check_ptr(fn, "vec", vec);
   if (st == BK_OK) st = bk__check_size(fn, "rows", rows);
   if (st == BK_OK) st = bk__check_size(fn, "cols", cols);
   if (st == BK_OK) st = bk__mul(fn, "rows*cols", rows, cols, &elems);
@@ -162,9 +162,9 @@ bk_status bk_broadcast_to(bk_context *ctx, const bk_buffer *x, const int64_t *in
                           int in_rank, const int64_t *out_dims, int out_rank,
                           const int64_t *axis_map, bk_buffer **out) {
   static const char fn[] = "bk_broadcast_to";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = bk__check_ptr(fn, "x", x);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = bk__check_ptr(fn, "x", x);
   if (st != BK_OK) return st;
   int64_t in_len = 0, out_len = 0;
   st = check_bcast(fn, in_dims, in_rank, out_dims, out_rank, axis_map, &in_len, &out_len);
@@ -192,9 +192,9 @@ bk_status bk_broadcast_to_adjoint(bk_context *ctx, const bk_buffer *dout, const 
                                   int in_rank, const int64_t *out_dims, int out_rank,
                                   const int64_t *axis_map, bk_buffer **out) {
   static const char fn[] = "bk_broadcast_to_adjoint";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = bk__check_ptr(fn, "dout", dout);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = bk__check_ptr(fn, "dout", dout);
   if (st != BK_OK) return st;
   int64_t in_len = 0, out_len = 0;
   st = check_bcast(fn, in_dims, in_rank, out_dims, out_rank, axis_map, &in_len, &out_len);
@@ -236,17 +236,16 @@ static int64_t dims_product(const int64_t *dims, int lo, int hi) {
 bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer *x, const int64_t *dims, int rank,
                            int depth, bk_buffer **out) {
   static const char fn[] = "bk_swap_adjacent";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = bk__check_ptr(fn, "x", x);
+  st = bk__check_ptr(fn, "x", x);
   if (st == BK_OK) st = bk__check_dims(fn, "dims", dims, rank, 0, &elems);
   if (st != BK_OK) return st;
-  if (depth < 0 || depth + 1 >= rank)
-    return bk__fail(BK_ERR_INVALID_ARGUMENT, fn,
-                    "depth = %d outside [0, %d): axes depth and depth+1 must exist in rank %d",
-                    depth, rank - 1 > 0 ? rank - 1 : 0, rank);
-  st = bk__check_len(fn, "x", x, elems);
+  /* Axes depth and depth + 1 exist: 0 <= depth < rank - 1, with the bound
+   * formed from the checked rank (depth + 1 overflows for INT_MAX). */
+  st = bk__check_range(fn, "depth", depth, 0, (int64_t)rank - 1);
+  if (st == BK_OK) st = bk__check_len(fn, "x", x, elems);
   if (st != BK_OK) return st;
   bk_call c;
   st = bk__bind(&c, fn, ctx, 1, (const bk_buffer *const[]){x}, (const char *const[]){"x"});
@@ -272,18 +271,18 @@ bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer *x, const int64_t *d
 bk_status bk_sum_axis(bk_context *ctx, const bk_buffer *x, const int64_t *dims, int rank, int axis,
                       bk_buffer **out) {
   static const char fn[] = "bk_sum_axis";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = bk__check_ptr(fn, "x", x);
+  st = bk__check_ptr(fn, "x", x);
   if (st == BK_OK) st = bk__check_dims(fn, "dims", dims, rank, 0, &elems);
   if (st != BK_OK) return st;
   /* A rank-0 tensor has no axis to name; 0 is the one value accepted, as
    * the call that sums "the only axis there is" of a scalar. */
   if (rank == 0 && axis != 0)
     return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "axis = %d must be 0 for rank 0", axis);
-  if (rank > 0 && (axis < 0 || axis >= rank))
-    return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "axis = %d outside [0, %d)", axis, rank);
+  if (rank > 0) st = bk__check_range(fn, "axis", axis, 0, rank);
+  if (st != BK_OK) return st;
   /* The result drops the summed axis; when that axis has extent 0 the
    * result can be large although x is empty, so its size is checked here. */
   int64_t out_len = 1;

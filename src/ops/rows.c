@@ -26,10 +26,10 @@ static bk_status check_matrix(const char *fn, const char *name, const bk_buffer 
  * zeros (for the max, the compatibility convention, not -inf). */
 static bk_status row_reduce(const char *fn, bk_context *ctx, const bk_buffer *x, int64_t rows,
                             int64_t cols, int max, bk_buffer **out) {
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = check_matrix(fn, "x", x, rows, cols, &elems);
+  st = check_matrix(fn, "x", x, rows, cols, &elems);
   if (st != BK_OK) return st;
   bk_call c;
   st = bk__bind(&c, fn, ctx, 1, (const bk_buffer *const[]){x}, (const char *const[]){"x"});
@@ -60,10 +60,10 @@ bk_status bk_rows_max(bk_context *ctx, const bk_buffer *x, int64_t rows, int64_t
 bk_status bk_rows_first_max_mask(bk_context *ctx, const bk_buffer *x, int64_t rows,
                                  int64_t cols, bk_buffer **out) {
   static const char fn[] = "bk_rows_first_max_mask";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = check_matrix(fn, "x", x, rows, cols, &elems);
+  st = check_matrix(fn, "x", x, rows, cols, &elems);
   if (st != BK_OK) return st;
   bk_call c;
   st = bk__bind(&c, fn, ctx, 1, (const bk_buffer *const[]){x}, (const char *const[]){"x"});
@@ -112,10 +112,10 @@ static bk_status fill_ones(bk_call *c, bk_buffer *y, int64_t length) {
 bk_status bk_rows_topk_mask(bk_context *ctx, const bk_buffer *x, int64_t rows, int64_t cols,
                             int64_t k, bk_buffer **out) {
   static const char fn[] = "bk_rows_topk_mask";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = check_matrix(fn, "x", x, rows, cols, &elems);
+  st = check_matrix(fn, "x", x, rows, cols, &elems);
   if (st == BK_OK) st = bk__check_size(fn, "k", k);
   if (st != BK_OK) return st;
   bk_call c;
@@ -144,10 +144,10 @@ bk_status bk_rows_topk_mask(bk_context *ctx, const bk_buffer *x, int64_t rows, i
 bk_status bk_rows_masked_softmax(bk_context *ctx, const bk_buffer *scores, const bk_buffer *mask,
                                  int64_t rows, int64_t cols, bk_buffer **out) {
   static const char fn[] = "bk_rows_masked_softmax";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = bk__check_ptr(fn, "scores", scores);
+  st = bk__check_ptr(fn, "scores", scores);
   if (st == BK_OK) st = bk__check_ptr(fn, "mask", mask);
   if (st == BK_OK) st = check_matrix(fn, "scores", scores, rows, cols, &elems);
   if (st == BK_OK) st = bk__check_len(fn, "mask", mask, elems);

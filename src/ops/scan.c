@@ -33,10 +33,10 @@ static bk_status check_inputs(const char *fn, const bk_buffer *A, const bk_buffe
 static bk_status forward(const char *fn, bk_context *ctx, const bk_buffer *A,
                          const bk_buffer *B, const bk_buffer *X, const bk_buffer *h0,
                          int64_t seq_len, int64_t state, int var, bk_buffer **out) {
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0, coef = 0;
-  bk_status st = check_inputs(fn, A, B, X, h0, seq_len, state, var, &elems, &coef);
+  st = check_inputs(fn, A, B, X, h0, seq_len, state, var, &elems, &coef);
   if (st != BK_OK) return st;
   bk_call c;
   st = bk__bind(&c, fn, ctx, 4, (const bk_buffer *const[]){A, B, X, h0},

@@ -11,16 +11,15 @@
 bk_status bk_softmax(bk_context *ctx, const bk_buffer *x, const int64_t *dims, int rank,
                      int axis, bk_buffer **out) {
   static const char fn[] = "bk_softmax";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = bk__check_ptr(fn, "x", x);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = bk__check_ptr(fn, "x", x);
   if (st != BK_OK) return st;
   int64_t elems = 0;
   st = bk__check_dims(fn, "dims", dims, rank, 1, &elems);
   if (st != BK_OK) return st;
-  if (axis < 0 || axis >= rank)
-    return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "axis = %d outside [0, %d)", axis, rank);
-  st = bk__check_len(fn, "x", x, elems);
+  st = bk__check_range(fn, "axis", axis, 0, rank);
+  if (st == BK_OK) st = bk__check_len(fn, "x", x, elems);
   if (st != BK_OK) return st;
   bk_call c;
   st = bk__bind(&c, fn, ctx, 1, (const bk_buffer *const[]){x}, (const char *const[]){"x"});

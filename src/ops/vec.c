@@ -18,10 +18,10 @@ static void *elem_at(void *base, int64_t i, size_t es) { return (char *)base + (
 bk_status bk_vec_concat(bk_context *ctx, const bk_buffer *a, const bk_buffer *b, int64_t n,
                         int64_t m, bk_buffer **out) {
   static const char fn[] = "bk_vec_concat";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t total = 0;
-  bk_status st = bk__check_ptr(fn, "a", a);
+  st = bk__check_ptr(fn, "a", a);
   if (st == BK_OK) st = bk__check_ptr(fn, "b", b);
   if (st == BK_OK) st = bk__check_size(fn, "n", n);
   if (st == BK_OK) st = bk__check_size(fn, "m", m);
@@ -52,9 +52,9 @@ bk_status bk_vec_concat(bk_context *ctx, const bk_buffer *a, const bk_buffer *b,
 bk_status bk_vec_slice(bk_context *ctx, const bk_buffer *x, int64_t n, int64_t start, int64_t len,
                        bk_buffer **out) {
   static const char fn[] = "bk_vec_slice";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
-  bk_status st = bk__check_ptr(fn, "x", x);
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
+  st = bk__check_ptr(fn, "x", x);
   if (st == BK_OK) st = bk__check_size(fn, "n", n);
   if (st == BK_OK) st = bk__check_size(fn, "start", start);
   if (st == BK_OK) st = bk__check_size(fn, "len", len);

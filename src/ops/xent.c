@@ -27,10 +27,10 @@ bk_status bk_xent_weighted_mean(bk_context *ctx, const bk_buffer *logits,
                                 const bk_buffer *weights, int64_t rows, int64_t cols,
                                 bk_buffer **out) {
   static const char fn[] = "bk_xent_weighted_mean";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = check_pair(fn, logits, "logits", weights, "weights", rows, cols, &elems);
+  st = check_pair(fn, logits, "logits", weights, "weights", rows, cols, &elems);
   if (st != BK_OK) return st;
   bk_call c;
   st = bk__bind(&c, fn, ctx, 2, (const bk_buffer *const[]){logits, weights},
@@ -53,10 +53,10 @@ bk_status bk_xent_weighted_mean(bk_context *ctx, const bk_buffer *logits,
 bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *student, const bk_buffer *teacher,
                           int64_t rows, int64_t cols, int gradient, bk_buffer **out) {
   static const char fn[] = "bk_xent_teacher";
-  if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
-  *out = NULL;
+  bk_status st = bk__clear_out(fn, out);
+  if (st != BK_OK) return st;
   int64_t elems = 0;
-  bk_status st = check_pair(fn, student, "student", teacher, "teacher", rows, cols, &elems);
+  st = check_pair(fn, student, "student", teacher, "teacher", rows, cols, &elems);
   if (st == BK_OK) st = bk__check_flag(fn, "gradient", gradient);
   if (st != BK_OK) return st;
   bk_call c;
