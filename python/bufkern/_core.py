@@ -340,8 +340,9 @@ class Context:
     def reset_stream(self) -> None:
         """Queue this context's work on its own non-blocking stream again
         (bk_context_reset_stream). Work queued on the previous stream
-        completes first. Raises UnsupportedError with a library that predates
-        bk_context_reset_stream, and on a CPU context."""
+        completes first. A CPU context has no streams: nothing happens. Raises
+        UnsupportedError with a library that predates bk_context_reset_stream
+        and while the current stream is being captured into a CUDA graph."""
         global _reset_stream_fn
         if _reset_stream_fn is None:
             _reset_stream_fn = _ffi.optional_symbol("bk_context_reset_stream", _ffi.c_int, [c_void_p])
