@@ -76,17 +76,18 @@ extern "C" bk_status bk__cuda_device_info(int index, char *name, size_t name_cap
 
 /* ---- contexts ------------------------------------------------------------ */
 
-static const char ctx_fn[] = "bk_context_create";
-
 static void cuda_context_fini(bk_context *ctx);
 
-static bk_status cuda_context_init(bk_context *ctx, int index) {
+/* fn is bk_context_create, or the call that needed a thread's default
+ * context; it names every message below. */
+static bk_status cuda_context_init(bk_context *ctx, const char *ctx_fn, int index) {
   int count = bk__cuda_device_count();
   if (index >= count)
     return bk__fail(BK_ERR_NO_DEVICE, ctx_fn, "device.index = %d but %d CUDA device(s) are visible",
                     index, count);
-  bk_cuda_ctx *c = (bk_cuda_ctx *)bk__host_calloc(1, sizeof *c);
-  if (!c) return bk__fail(BK_ERR_OUT_OF_MEMORY, ctx_fn, "cannot allocate the CUDA context state");
+  bk_cuda_ctx *c =
+      (bk_cuda_ctx *)bk__host_zalloc(ctx_fn, "memory for the CUDA context state", 1, sizeof *c);
+  if (!c) return BK_ERR_OUT_OF_MEMORY;
   c->device = index;
   bk__ctx_set_impl(ctx, c);
   bk_status st = bk__cuda_status(cudaSetDevice(index), ctx_fn, "cudaSetDevice");
@@ -162,14 +163,14 @@ static bk_status cuda_context_synchronize(bk_context *ctx) {
   return BK_OK;
 }
 
-bk_status bk__cuda_cublas(bk_context *ctx, void **handle) {
+bk_status bk__cuda_cublas(bk_context *ctx, const char *fn, void **handle) {
   bk_cuda_ctx *c = bk_cu(ctx);
   if (!c->cublas) {
     cublasHandle_t h;
     cublasStatus_t s = cublasCreate(&h);
     if (s != CUBLAS_STATUS_SUCCESS)
       return bk__fail(s == CUBLAS_STATUS_ALLOC_FAILED ? BK_ERR_OUT_OF_MEMORY : BK_ERR_DEVICE,
-                      "bufkern", "cublasCreate failed (%d)", (int)s);
+                      fn, "cublasCreate failed (%d)", (int)s);
     (void)cublasSetStream(h, c->stream);
     /* The default math mode never uses TF32 or other reduced modes for the
      * CUBLAS_COMPUTE_32F / CUBLAS_COMPUTE_64F compute types the products
@@ -182,13 +183,13 @@ bk_status bk__cuda_cublas(bk_context *ctx, void **handle) {
   return BK_OK;
 }
 
-bk_status bk__cuda_cudnn(bk_context *ctx, void **handle) {
+bk_status bk__cuda_cudnn(bk_context *ctx, const char *fn, void **handle) {
   bk_cuda_ctx *c = bk_cu(ctx);
   if (!c->cudnn) {
     cudnnHandle_t h;
     cudnnStatus_t s = cudnnCreate(&h);
     if (s != CUDNN_STATUS_SUCCESS)
-      return bk__fail(BK_ERR_DEVICE, "bufkern", "cudnnCreate failed: %s", cudnnGetErrorString(s));
+      return bk__fail(BK_ERR_DEVICE, fn, "cudnnCreate failed: %s", cudnnGetErrorString(s));
     (void)cudnnSetStream(h, c->stream);
     c->cudnn = h;
   }
@@ -199,10 +200,12 @@ bk_status bk__cuda_cudnn(bk_context *ctx, void **handle) {
 /* ---- memory -------------------------------------------------------------- */
 
 
-static bk_status cuda_mem_alloc(bk_context *ctx, size_t bytes, void **ptr) {
-  static const char fn[] = "bufkern";
-  if (bk__inject_should_fail())
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "injected device allocation failure (%zu bytes)", bytes);
+/* Device memory for a buffer (mem_alloc) or for scratch (bk__cuda_scratch):
+ * an allocation site each, so the failure walk tells them apart. */
+static bk_status device_alloc(bk_alloc_site *site, bk_context *ctx, const char *fn, size_t bytes,
+                              void **ptr) {
+  if (bk__inject_should_fail_at(site))
+    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of device memory", bytes);
   bk_cuda_ctx *c = bk_cu(ctx);
   BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
   void *p = NULL;
@@ -217,14 +220,18 @@ static bk_status cuda_mem_alloc(bk_context *ctx, size_t bytes, void **ptr) {
   return BK_OK;
 }
 
+static bk_status cuda_mem_alloc(bk_context *ctx, const char *fn, size_t bytes, void **ptr) {
+  return device_alloc(BK_ALLOC_SITE(), ctx, fn, bytes, ptr);
+}
+
 static void cuda_mem_free(bk_context *ctx, void *ptr) {
   bk_cuda_ctx *c = bk_cu(ctx);
   (void)enter(c);
   (void)cudaFreeAsync(ptr, c->stream);
 }
 
-bk_status bk__cuda_scratch(bk_context *ctx, size_t bytes, void **ptr) {
-  return cuda_mem_alloc(ctx, bytes, ptr);
+bk_status bk__cuda_scratch(bk_context *ctx, const char *fn, size_t bytes, void **ptr) {
+  return device_alloc(BK_ALLOC_SITE(), ctx, fn, bytes, ptr);
 }
 
 void bk__cuda_scratch_free(bk_context *ctx, void *ptr) {
@@ -236,8 +243,7 @@ void bk__cuda_scratch_free(bk_context *ctx, void *ptr) {
  * a slot is reused after the copy out of it completed, which for a ring of
  * BK_CUDA_STAGE_SLOTS is almost never a wait, so the host keeps running
  * ahead of the device. */
-static bk_status stage(bk_context *ctx, size_t bytes, void **host, int *slot) {
-  static const char fn[] = "bufkern";
+static bk_status stage(bk_context *ctx, const char *fn, size_t bytes, void **host, int *slot) {
   bk_cuda_ctx *c = bk_cu(ctx);
   const int i = c->stage_next;
   bk_cuda_stage *sl = &c->stage[i];
@@ -247,7 +253,7 @@ static bk_status stage(bk_context *ctx, size_t bytes, void **host, int *slot) {
   }
   if (bytes > sl->cap) {
     if (bk__inject_should_fail())
-      return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "injected pinned allocation failure (%zu bytes)", bytes);
+      return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of pinned host memory", bytes);
     size_t cap = sl->cap ? sl->cap : 4096;
     while (cap < bytes) cap *= 2;
     void *p = NULL;
@@ -263,8 +269,7 @@ static bk_status stage(bk_context *ctx, size_t bytes, void **host, int *slot) {
 }
 
 /* Queues the copy out of a staged slot and moves the ring on. */
-static bk_status stage_copy(bk_context *ctx, int slot, void *dst, size_t bytes) {
-  static const char fn[] = "bufkern";
+static bk_status stage_copy(bk_context *ctx, const char *fn, int slot, void *dst, size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
   bk_cuda_stage *sl = &c->stage[slot];
   BK_CUDA_TRY(cudaMemcpyAsync(dst, sl->host, bytes, cudaMemcpyHostToDevice, c->stream), fn,
@@ -275,18 +280,18 @@ static bk_status stage_copy(bk_context *ctx, int slot, void *dst, size_t bytes) 
   return BK_OK;
 }
 
-bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t k,
-                                             uint32_t **dev) {
+bk_status bk__cuda_upload_indices(bk_context *ctx, const char *fn, const uint64_t *idx,
+                                  int64_t k, uint32_t **dev) {
   size_t bytes = (size_t)k * sizeof(uint32_t);
   void *host = NULL, *d = NULL;
   int slot = 0;
-  bk_status st = stage(ctx, bytes, &host, &slot);
+  bk_status st = stage(ctx, fn, bytes, &host, &slot);
   if (st != BK_OK) return st;
   uint32_t *h = (uint32_t *)host;
   for (int64_t r = 0; r < k; r++) h[r] = (uint32_t)idx[r];
-  st = bk__cuda_scratch(ctx, bytes, &d);
+  st = bk__cuda_scratch(ctx, fn, bytes, &d);
   if (st != BK_OK) return st;
-  st = stage_copy(ctx, slot, d, bytes);
+  st = stage_copy(ctx, fn, slot, d, bytes);
   if (st != BK_OK) {
     bk__cuda_scratch_free(ctx, d);
     return st;
@@ -295,15 +300,17 @@ bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t 
   return BK_OK;
 }
 
-bk_status bk__cuda_upload_begin(bk_context *ctx, size_t bytes, void **host, int *slot) {
-  return stage(ctx, bytes, host, slot);
+bk_status bk__cuda_upload_begin(bk_context *ctx, const char *fn, size_t bytes, void **host,
+                                int *slot) {
+  return stage(ctx, fn, bytes, host, slot);
 }
 
-bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void **dev) {
+bk_status bk__cuda_upload_finish(bk_context *ctx, const char *fn, int slot, size_t bytes,
+                                 void **dev) {
   void *d = NULL;
-  bk_status st = bk__cuda_scratch(ctx, bytes, &d);
+  bk_status st = bk__cuda_scratch(ctx, fn, bytes, &d);
   if (st != BK_OK) return st;
-  st = stage_copy(ctx, slot, d, bytes);
+  st = stage_copy(ctx, fn, slot, d, bytes);
   if (st != BK_OK) {
     bk__cuda_scratch_free(ctx, d);
     return st;
@@ -312,46 +319,49 @@ bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void *
   return BK_OK;
 }
 
-bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes,
-                                             void **dev) {
+bk_status bk__cuda_upload_scratch(bk_context *ctx, const char *fn, const void *src, size_t bytes,
+                                  void **dev) {
   void *host = NULL;
   int slot = 0;
-  bk_status st = bk__cuda_upload_begin(ctx, bytes, &host, &slot);
+  bk_status st = bk__cuda_upload_begin(ctx, fn, bytes, &host, &slot);
   if (st != BK_OK) return st;
   memcpy(host, src, bytes);
-  return bk__cuda_upload_finish(ctx, slot, bytes, dev);
+  return bk__cuda_upload_finish(ctx, fn, slot, bytes, dev);
 }
 
 /* A buffer upload from pageable memory: cudaMemcpyAsync returns once the
  * host array has been read into the runtime's staging, so the caller may
  * reuse it at once and the transfer stays ordered on the stream. */
-static bk_status cuda_mem_upload(bk_context *ctx, void *dst, const void *src, size_t bytes) {
+static bk_status cuda_mem_upload(bk_context *ctx, const char *fn, void *dst, const void *src,
+                                 size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(enter(c), "bk_buffer_from_host", "cudaSetDevice");
-  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream),
-              "bk_buffer_from_host", "cudaMemcpyAsync");
+  BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
+  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), fn,
+              "cudaMemcpyAsync");
   return BK_OK;
 }
 
-static bk_status cuda_mem_download(bk_context *ctx, void *dst, const void *src, size_t bytes) {
+static bk_status cuda_mem_download(bk_context *ctx, const char *fn, void *dst, const void *src,
+                                   size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(enter(c), "bk_buffer_to_host", "cudaSetDevice");
-  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream),
-              "bk_buffer_to_host", "cudaMemcpyAsync");
-  BK_CUDA_TRY(cudaStreamSynchronize(c->stream), "bk_buffer_to_host", "cudaStreamSynchronize");
+  BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
+  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), fn,
+              "cudaMemcpyAsync");
+  BK_CUDA_TRY(cudaStreamSynchronize(c->stream), fn, "cudaStreamSynchronize");
   return BK_OK;
 }
 
-static bk_status cuda_mem_copy(bk_context *ctx, void *dst, const void *src, size_t bytes) {
+static bk_status cuda_mem_copy(bk_context *ctx, const char *fn, void *dst, const void *src,
+                               size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), "bufkern",
+  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), fn,
               "cudaMemcpyAsync (device to device)");
   return BK_OK;
 }
 
-static bk_status cuda_mem_zero(bk_context *ctx, void *dst, size_t bytes) {
+static bk_status cuda_mem_zero(bk_context *ctx, const char *fn, void *dst, size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, c->stream), "bufkern", "cudaMemsetAsync");
+  BK_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, c->stream), fn, "cudaMemsetAsync");
   return BK_OK;
 }
 

@@ -398,7 +398,7 @@ static bk_status bmm_launch(bk_context *ctx, const T *A, const T *B, T *C, int64
   static const char fn[] = "bk_bmm";
   typedef bmm_traits<T> tr;
   void *hv = NULL;
-  bk_status st = bk__cuda_cublas(ctx, &hv);
+  bk_status st = bk__cuda_cublas(ctx, fn, &hv);
   if (st != BK_OK) return st;
   cublasHandle_t h = (cublasHandle_t)hv;
   st = cublas_status(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), fn, "cublasSetPointerMode");
@@ -437,7 +437,7 @@ static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C
   const int parts = (int)bk_cuda_blocks(ctx, (longest + tr::VEC - 1) / tr::VEC, threads);
 
   void *hv = NULL;
-  bk_status st = bk__cuda_cublas(ctx, &hv);
+  bk_status st = bk__cuda_cublas(ctx, fn, &hv);
   if (st != BK_OK) return st;
   cublasHandle_t h = (cublasHandle_t)hv;
 
@@ -456,7 +456,7 @@ static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C
       scratch_add(&total, (size_t)len_b * sizeof(T), &off_b2);
   if (!fits) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "scratch for the scaled copies exceeds the address space");
   void *scratch = NULL;
-  st = bk__cuda_scratch(ctx, total, &scratch);
+  st = bk__cuda_scratch(ctx, fn, total, &scratch);
   if (st != BK_OK) return st;
   char *base = (char *)scratch;
   scaled_plan<T> *plan = (scaled_plan<T> *)(base + off_plan);
