@@ -62,8 +62,9 @@ typedef struct bk_backend {
 
   /* ---- context ---------------------------------------------------------- */
   /* Creates the backend state of a context for device index `index`
-   * (ctx->impl). Returns BK_ERR_NO_DEVICE for an index with no device. */
-  bk_status (*context_init)(bk_context *ctx, int index);
+   * (ctx->impl). Returns BK_ERR_NO_DEVICE for an index with no device. fn
+   * names the public function the context is made for. */
+  bk_status (*context_init)(bk_context *ctx, const char *fn, int index);
   /* Frees the backend state; called once, after the last reference. */
   void (*context_fini)(bk_context *ctx);
   /* Selects a caller's stream (NULL: CUDA's legacy default stream). */
@@ -75,19 +76,24 @@ typedef struct bk_backend {
   bk_status (*context_synchronize)(bk_context *ctx);
 
   /* ---- memory ----------------------------------------------------------- */
+  /* fn names the public function the memory serves; every message a member
+   * records starts with it. */
   /* Allocates bytes > 0 of device memory. BK_ERR_OUT_OF_MEMORY on failure. */
-  bk_status (*mem_alloc)(bk_context *ctx, size_t bytes, void **ptr);
+  bk_status (*mem_alloc)(bk_context *ctx, const char *fn, size_t bytes, void **ptr);
   /* Frees memory from mem_alloc of the same context, after queued work. */
   void (*mem_free)(bk_context *ctx, void *ptr);
   /* dst (device) <- host src, bytes > 0. The host memory may be reused as
    * soon as the call returns. */
-  bk_status (*mem_upload)(bk_context *ctx, void *dst, const void *src, size_t bytes);
+  bk_status (*mem_upload)(bk_context *ctx, const char *fn, void *dst, const void *src,
+                          size_t bytes);
   /* host dst <- device src, bytes > 0. Synchronizes. */
-  bk_status (*mem_download)(bk_context *ctx, void *dst, const void *src, size_t bytes);
+  bk_status (*mem_download)(bk_context *ctx, const char *fn, void *dst, const void *src,
+                            size_t bytes);
   /* device dst <- device src (same device), bytes > 0. */
-  bk_status (*mem_copy)(bk_context *ctx, void *dst, const void *src, size_t bytes);
+  bk_status (*mem_copy)(bk_context *ctx, const char *fn, void *dst, const void *src,
+                        size_t bytes);
   /* device dst <- zero bytes, bytes > 0. */
-  bk_status (*mem_zero)(bk_context *ctx, void *dst, size_t bytes);
+  bk_status (*mem_zero)(bk_context *ctx, const char *fn, void *dst, size_t bytes);
 
   /* ---- 3.1 softmax ------------------------------------------------------ */
   /* x, y (outer, n, inner): softmax along the middle axis; n >= 1. */
@@ -223,12 +229,49 @@ bk_status bk__fail(bk_status status, const char *fn, const char *fmt, ...)
 /* The backend state of a context (set by context_init). */
 void *bk__ctx_impl(const bk_context *ctx);
 void bk__ctx_set_impl(bk_context *ctx, void *impl);
+/* ---- allocation sites and the allocation-failure hook ----------------------- */
+
+/*
+ * Every allocation call site of the library owns one static record, placed
+ * by BK_ALLOC_SITE() in the linker section bk_alloc_sites. The injection
+ * layer enumerates the section (between the linker's __start_ and __stop_
+ * symbols) to count the sites that exist, and marks a site's record when it
+ * fails an allocation there, so the reliability test can report which sites
+ * its allocation-failure walk reached. The explicit alignment keeps the
+ * records a dense array: the compiler may not raise it, and the address
+ * sanitizers leave sections named like C identifiers unpadded.
+ */
+typedef struct bk_alloc_site {
+  const char *file;
+  int32_t line;
+  int32_t failed; /* set (atomically) once the hook failed this site */
+} bk_alloc_site;
+
+#define BK_ALLOC_SITE()                                                                     \
+  __extension__({                                                                           \
+    static bk_alloc_site bk_alloc_site_                                                     \
+        __attribute__((section("bk_alloc_sites"), used, aligned(8))) = {__FILE__, __LINE__, 0}; \
+    &bk_alloc_site_;                                                                        \
+  })
+
 /* True when the allocation-failure hook says this allocation must fail;
- * every backend allocation (host scratch and device memory) asks it first. */
-bool bk__inject_should_fail(void);
-/* Host allocation through the injection hook. */
-void *bk__host_malloc(size_t bytes);
-void *bk__host_calloc(size_t n, size_t size);
+ * every allocation (host scratch and device memory) asks it first, through
+ * bk__inject_should_fail() at its own call site. */
+bool bk__inject_should_fail_at(bk_alloc_site *site);
+#define bk__inject_should_fail() bk__inject_should_fail_at(BK_ALLOC_SITE())
+
+/* n elements of `size` bytes of host memory through the hook, zeroed when
+ * `zero` is set. On failure (the hook, n * size overflowing, malloc) records
+ * "fn: cannot allocate ... bytes of host <what>" as the last error and
+ * returns NULL; the caller returns BK_ERR_OUT_OF_MEMORY. fn names the
+ * public function the allocation serves. n == 0 or size == 0 allocates one
+ * byte, so NULL always means failure. Released with bk__host_free. */
+void *bk__host_alloc_at(bk_alloc_site *site, const char *fn, const char *what, size_t n,
+                        size_t size, bool zero);
+#define bk__host_alloc(fn, what, n, size) \
+  bk__host_alloc_at(BK_ALLOC_SITE(), (fn), (what), (n), (size), false)
+#define bk__host_zalloc(fn, what, n, size) \
+  bk__host_alloc_at(BK_ALLOC_SITE(), (fn), (what), (n), (size), true)
 void bk__host_free(void *p);
 /* Element size of a supported dtype (4 or 8). */
 size_t bk__dtype_size(bk_dtype dt);

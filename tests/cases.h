@@ -12,6 +12,7 @@
 
 #define CASE_MAX_IN 6
 #define CASE_MAX_OUT 4
+#define CASE_EMPTY (-1)
 
 typedef struct case_inputs {
   bk_buffer *in[CASE_MAX_IN];
@@ -19,7 +20,8 @@ typedef struct case_inputs {
 
 typedef struct prim_case {
   const char *name;
-  /* Input lengths (0 terminates). */
+  const char *fn; /* the public function the case calls */
+  /* Input lengths (0 terminates; CASE_EMPTY is an input of no elements). */
   int64_t in_len[CASE_MAX_IN];
   bk_status (*run)(bk_context *ctx, const case_inputs *ci, bk_buffer **out);
 } prim_case;
@@ -107,6 +109,28 @@ static bk_status c_irfft(bk_context *c, const case_inputs *i, bk_buffer **o) {
 static bk_status c_irfft_u(bk_context *c, const case_inputs *i, bk_buffer **o) {
   return bk_irfft_unnormalized(c, i->in[0], 2, 10, &o[0]);
 }
+/* Paths a small geometry misses: Bluestein FFTs (a prime length above the
+ * largest direct radix, 64), the sorted top-k path (rows above 64 columns),
+ * the ones fill of k >= cols, and a convolution over an empty input whose
+ * result is the bias alone. */
+static bk_status c_rfft_blue(bk_context *c, const case_inputs *i, bk_buffer **o) {
+  return bk_rfft(c, i->in[0], 1, 67, &o[0]);
+}
+static bk_status c_irfft_blue(bk_context *c, const case_inputs *i, bk_buffer **o) {
+  return bk_irfft(c, i->in[0], 1, 134, &o[0]);
+}
+static bk_status c_topk_sorted(bk_context *c, const case_inputs *i, bk_buffer **o) {
+  return bk_rows_topk_mask(c, i->in[0], 2, 70, 5, &o[0]);
+}
+static bk_status c_topk_all(bk_context *c, const case_inputs *i, bk_buffer **o) {
+  return bk_rows_topk_mask(c, i->in[0], 4, 6, 6, &o[0]);
+}
+static bk_status c_conv_bias(bk_context *c, const case_inputs *i, bk_buffer **o) {
+  static const int64_t in_dims[3] = {2, 0, 6}, k_dims[3] = {4, 0, 3};
+  static const int64_t stride[1] = {1}, pb[1] = {1}, pa[1] = {1}, dil[1] = {1};
+  return bk_conv(c, i->in[0], i->in[1], i->in[2], in_dims, 3, k_dims, 1, stride, pb, pa, dil, 1,
+                 &o[0]);
+}
 static bk_status c_scan(bk_context *c, const case_inputs *i, bk_buffer **o) {
   return bk_scan_diag(c, i->in[0], i->in[1], i->in[2], i->in[3], 4, 6, &o[0]);
 }
@@ -130,36 +154,41 @@ static bk_status c_scatter(bk_context *c, const case_inputs *i, bk_buffer **o) {
 
 /* Every primitive with input lengths matching its run function. */
 static const prim_case prim_cases[] = {
-    {"softmax", {24}, c_softmax},
-    {"xent_weighted_mean", {24, 24}, c_xent_w},
-    {"xent_teacher", {24, 24}, c_xent_t},
-    {"xent_teacher_grad", {24, 24}, c_xent_tg},
-    {"conv", {48, 48, 4}, c_conv},
-    {"rows_sum", {24}, c_rows_sum},
-    {"rows_max", {24}, c_rows_max},
-    {"rows_first_max_mask", {24}, c_first_max},
-    {"rows_topk_mask", {24}, c_topk},
-    {"rows_masked_softmax", {24, 24}, c_masked},
-    {"vec_concat", {24, 24}, c_concat},
-    {"vec_slice", {24}, c_slice},
-    {"broadcast_col", {6}, c_bcol},
-    {"broadcast_to", {6}, c_bto},
-    {"broadcast_to_adjoint", {72}, c_badj},
-    {"swap_adjacent", {24}, c_swap},
-    {"sum_axis", {24}, c_sum_axis},
-    {"layernorm_forward", {24, 6, 6}, c_ln_f},
-    {"layernorm_backward", {24, 24, 4, 6}, c_ln_b},
-    {"bmm", {24, 16}, c_bmm},
-    {"bmm_scaled", {24, 16}, c_bmm_s},
-    {"rfft", {24}, c_rfft},
-    {"irfft", {24}, c_irfft},
-    {"irfft_unnormalized", {24}, c_irfft_u},
-    {"scan_diag", {6, 6, 24, 6}, c_scan},
-    {"scan_diag_backward", {6, 6, 24, 6, 24, 24}, c_scan_b},
-    {"scan_diag_var", {24, 24, 24, 6}, c_scan_v},
-    {"scan_diag_var_backward", {24, 24, 24, 6, 24, 24}, c_scan_vb},
-    {"rows_gather", {24}, c_gather},
-    {"rows_scatter_add", {24, 24}, c_scatter},
+    {"softmax", "bk_softmax", {24}, c_softmax},
+    {"xent_weighted_mean", "bk_xent_weighted_mean", {24, 24}, c_xent_w},
+    {"xent_teacher", "bk_xent_teacher", {24, 24}, c_xent_t},
+    {"xent_teacher_grad", "bk_xent_teacher", {24, 24}, c_xent_tg},
+    {"conv", "bk_conv", {48, 48, 4}, c_conv},
+    {"conv_bias_only", "bk_conv", {CASE_EMPTY, CASE_EMPTY, 4}, c_conv_bias},
+    {"rows_sum", "bk_rows_sum", {24}, c_rows_sum},
+    {"rows_max", "bk_rows_max", {24}, c_rows_max},
+    {"rows_first_max_mask", "bk_rows_first_max_mask", {24}, c_first_max},
+    {"rows_topk_mask", "bk_rows_topk_mask", {24}, c_topk},
+    {"rows_topk_mask_sorted", "bk_rows_topk_mask", {140}, c_topk_sorted},
+    {"rows_topk_mask_all", "bk_rows_topk_mask", {24}, c_topk_all},
+    {"rows_masked_softmax", "bk_rows_masked_softmax", {24, 24}, c_masked},
+    {"vec_concat", "bk_vec_concat", {24, 24}, c_concat},
+    {"vec_slice", "bk_vec_slice", {24}, c_slice},
+    {"broadcast_col", "bk_broadcast_col", {6}, c_bcol},
+    {"broadcast_to", "bk_broadcast_to", {6}, c_bto},
+    {"broadcast_to_adjoint", "bk_broadcast_to_adjoint", {72}, c_badj},
+    {"swap_adjacent", "bk_swap_adjacent", {24}, c_swap},
+    {"sum_axis", "bk_sum_axis", {24}, c_sum_axis},
+    {"layernorm_forward", "bk_layernorm_forward", {24, 6, 6}, c_ln_f},
+    {"layernorm_backward", "bk_layernorm_backward", {24, 24, 4, 6}, c_ln_b},
+    {"bmm", "bk_bmm", {24, 16}, c_bmm},
+    {"bmm_scaled", "bk_bmm_scaled", {24, 16}, c_bmm_s},
+    {"rfft", "bk_rfft", {24}, c_rfft},
+    {"rfft_bluestein", "bk_rfft", {67}, c_rfft_blue},
+    {"irfft_bluestein", "bk_irfft", {136}, c_irfft_blue},
+    {"irfft", "bk_irfft", {24}, c_irfft},
+    {"irfft_unnormalized", "bk_irfft_unnormalized", {24}, c_irfft_u},
+    {"scan_diag", "bk_scan_diag", {6, 6, 24, 6}, c_scan},
+    {"scan_diag_backward", "bk_scan_diag_backward", {6, 6, 24, 6, 24, 24}, c_scan_b},
+    {"scan_diag_var", "bk_scan_diag_var", {24, 24, 24, 6}, c_scan_v},
+    {"scan_diag_var_backward", "bk_scan_diag_var_backward", {24, 24, 24, 6, 24, 24}, c_scan_vb},
+    {"rows_gather", "bk_rows_gather", {24}, c_gather},
+    {"rows_scatter_add", "bk_rows_scatter_add", {24, 24}, c_scatter},
 };
 #define PRIM_CASES ((int)(sizeof prim_cases / sizeof prim_cases[0]))
 
@@ -171,7 +200,7 @@ static void case_prepare(bk_context *ctx, bk_dtype dt, const prim_case *pc, case
   for (int j = 0; j < CASE_MAX_IN; j++) {
     ci->in[j] = NULL;
     if (pc->in_len[j] == 0) continue;
-    int64_t n = pc->in_len[j];
+    int64_t n = pc->in_len[j] == CASE_EMPTY ? 0 : pc->in_len[j];
     double *v = tl_xmalloc((size_t)n * sizeof *v);
     tl_fill_uniform(v, n, 0.25, 1.25);
     ci->in[j] = tl_buf_on(ctx, dt, v, n);

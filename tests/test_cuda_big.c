@@ -390,13 +390,11 @@ static void fold_order(void) {
 }
 
 int main(void) {
-  if (!tl_init()) return 0;
+  tl_init();
   if (tl_dev.kind != BK_DEVICE_CUDA) {
-    /* Sizes this large are for the GPU only. */
     bk_context_destroy(tl_ctx);
     bk_context_destroy(tl_cpu);
-    printf("0 passed, 0 failed\n");
-    return 0;
+    tl_skip("sizes this large are for the GPU only (set BK_TEST_DEVICE=cuda:N)");
   }
   TL_RUN(rows_sum_widths);
   TL_RUN(fold_order);

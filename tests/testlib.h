@@ -5,7 +5,13 @@
  * (default) or cuda:N. Values travel as double on the host and are
  * converted to the dtype under test, so one table of cases serves both
  * dtypes and both backends. Each program ends with the line
- * "N passed, N failed" and exits non-zero on any failure.
+ * "N passed, N failed" and exits non-zero on any failure, and also when it
+ * ran no check at all: a program that cannot fail is a defect.
+ *
+ * A requested device that cannot be used fails the program (exit 2), so a
+ * GPU run on a machine without the GPU cannot pass by testing nothing;
+ * with BK_TEST_ALLOW_SKIP=1 it is skipped instead (exit TL_SKIP_EXIT, which
+ * ctest reports as skipped).
  */
 #ifndef BK_TESTLIB_H
 #define BK_TESTLIB_H
@@ -102,16 +108,30 @@ static void tl_reject_at(const char *file, int line, const char *what, bk_status
 
 /* ---- setup ----------------------------------------------------------------- */
 
-/* Parses BK_TEST_DEVICE and creates the contexts. Returns 0 to skip the whole
- * program (a CUDA device was asked for in a build or machine without one:
- * printed, and counted as neither pass nor fail). */
-static int tl_init(void) {
+/* Exit status of a skipped program; CMakeLists.txt gives it to ctest as
+ * SKIP_RETURN_CODE. */
+#define TL_SKIP_EXIT 77
+
+/* Ends a program that has nothing to test here (a GPU-only program on the
+ * CPU), reported to ctest as skipped rather than passed. */
+static void tl_skip(const char *why) {
+  printf("skipped: %s\n", why);
+  exit(TL_SKIP_EXIT);
+}
+
+/* Parses BK_TEST_DEVICE and creates the contexts. A device that is asked for
+ * and cannot be used ends the program: failed (exit 2), or skipped when
+ * BK_TEST_ALLOW_SKIP=1. */
+static void tl_init(void) {
   const char *env = getenv("BK_TEST_DEVICE");
   tl_dev.kind = BK_DEVICE_CPU;
   tl_dev.index = 0;
   if (env && strncmp(env, "cuda", 4) == 0) {
     tl_dev.kind = BK_DEVICE_CUDA;
     tl_dev.index = env[4] == ':' ? atoi(env + 5) : 0;
+  } else if (env && *env && strcmp(env, "cpu") != 0) {
+    fprintf(stderr, "BK_TEST_DEVICE=%s: expected cpu or cuda:N\n", env);
+    exit(2);
   }
   if (bk_context_create((bk_device){BK_DEVICE_CPU, 0}, &tl_cpu) != BK_OK) {
     fprintf(stderr, "cannot create a CPU context: %s\n", bk_last_error());
@@ -121,13 +141,11 @@ static int tl_init(void) {
   if (st != BK_OK) {
     fprintf(stderr, "device %s unavailable (%s: %s)\n", env ? env : "cpu", bk_status_string(st),
             bk_last_error());
-    if (tl_dev.kind == BK_DEVICE_CUDA && (st == BK_ERR_UNSUPPORTED || st == BK_ERR_NO_DEVICE)) {
-      printf("0 passed, 0 failed\n");
-      return 0;
-    }
+    bk_context_destroy(tl_cpu);
+    const char *allow = getenv("BK_TEST_ALLOW_SKIP");
+    if (allow && strcmp(allow, "1") == 0) tl_skip("the requested device is unavailable");
     exit(2);
   }
-  return 1;
 }
 
 static int tl_finish(void) {
@@ -135,6 +153,10 @@ static int tl_finish(void) {
   bk_context_destroy(tl_cpu);
   printf("%s: %d passed, %d failed\n", tl_dev.kind == BK_DEVICE_CPU ? "cpu" : "cuda", tl_passed,
          tl_failed);
+  if (tl_passed + tl_failed == 0) {
+    fprintf(stderr, "no check ran\n");
+    return 1;
+  }
   return tl_failed ? 1 : 0;
 }
 

@@ -9,10 +9,11 @@
 
 /* ---- construction and release ---------------------------------------------- */
 
-bk_status bk__buffer_foreign(bk_dtype dtype, int64_t length, bk_device device, void *data,
-                             void (*release_fn)(void *), void *release_arg, bk_buffer **out) {
-  bk_buffer *b = bk__host_calloc(1, sizeof *b);
-  if (!b) return bk__fail(BK_ERR_OUT_OF_MEMORY, "bufkern", "cannot allocate a buffer handle");
+bk_status bk__buffer_foreign(const char *fn, bk_dtype dtype, int64_t length, bk_device device,
+                             void *data, void (*release_fn)(void *), void *release_arg,
+                             bk_buffer **out) {
+  bk_buffer *b = bk__host_zalloc(fn, "memory for a buffer handle", 1, sizeof *b);
+  if (!b) return BK_ERR_OUT_OF_MEMORY;
   atomic_init(&b->refs, 1);
   b->dtype = dtype;
   b->length = length;
@@ -25,9 +26,9 @@ bk_status bk__buffer_foreign(bk_dtype dtype, int64_t length, bk_device device, v
   return BK_OK;
 }
 
-bk_status bk__buffer_wrap(bk_context *ctx, bk_dtype dtype, int64_t length, void *data,
-                          bk_buffer **out) {
-  bk_status st = bk__buffer_foreign(dtype, length, ctx->device, data, NULL, NULL, out);
+bk_status bk__buffer_wrap(const char *fn, bk_context *ctx, bk_dtype dtype, int64_t length,
+                          void *data, bk_buffer **out) {
+  bk_status st = bk__buffer_foreign(fn, dtype, length, ctx->device, data, NULL, NULL, out);
   if (st != BK_OK) {
     if (data) ctx->backend->mem_free(ctx, data);
     return st;
@@ -51,10 +52,10 @@ static bk_status buffer_alloc(const char *fn, bk_context *ctx, bk_dtype dtype, i
                     length);
   void *data = NULL;
   if (length > 0) {
-    bk_status st = ctx->backend->mem_alloc(ctx, (size_t)length * es, &data);
+    bk_status st = ctx->backend->mem_alloc(ctx, fn, (size_t)length * es, &data);
     if (st != BK_OK) return st;
   }
-  return bk__buffer_wrap(ctx, dtype, length, data, out);
+  return bk__buffer_wrap(fn, ctx, dtype, length, data, out);
 }
 
 bk_buffer *bk_buffer_retain(bk_buffer *buf) {
@@ -113,9 +114,8 @@ void *bk_buffer_data(const bk_buffer *buf) { return buf ? buf->data : NULL; }
 /* ---- public constructors ------------------------------------------------------ */
 
 static bk_status resolve_ctx(const char *fn, bk_context **ctx) {
-  (void)fn;
   if (*ctx) return BK_OK;
-  return bk__default_context((bk_device){BK_DEVICE_CPU, 0}, ctx);
+  return bk__default_context(fn, (bk_device){BK_DEVICE_CPU, 0}, ctx);
 }
 
 bk_status bk_buffer_zeros(bk_context *ctx, bk_dtype dtype, int64_t length, bk_buffer **out) {
@@ -128,7 +128,7 @@ bk_status bk_buffer_zeros(bk_context *ctx, bk_dtype dtype, int64_t length, bk_bu
   st = buffer_alloc(fn, ctx, dtype, length, &b);
   if (st != BK_OK) return st;
   if (length > 0) {
-    st = ctx->backend->mem_zero(ctx, b->data, (size_t)length * bk__dtype_size(dtype));
+    st = ctx->backend->mem_zero(ctx, fn, b->data, (size_t)length * bk__dtype_size(dtype));
     if (st != BK_OK) {
       bk_buffer_release(b);
       return st;
@@ -151,7 +151,7 @@ bk_status bk_buffer_from_host(bk_context *ctx, bk_dtype dtype, const void *data,
   st = buffer_alloc(fn, ctx, dtype, length, &b);
   if (st != BK_OK) return st;
   if (length > 0) {
-    st = ctx->backend->mem_upload(ctx, b->data, data, (size_t)length * bk__dtype_size(dtype));
+    st = ctx->backend->mem_upload(ctx, fn, b->data, data, (size_t)length * bk__dtype_size(dtype));
     if (st != BK_OK) {
       bk_buffer_release(b);
       return st;
@@ -163,7 +163,8 @@ bk_status bk_buffer_from_host(bk_context *ctx, bk_dtype dtype, const void *data,
 
 /* The context a read of buf is ordered on: the caller's when given, else the
  * context that made the buffer, else the thread default of its device. */
-static bk_status reader_ctx(const bk_buffer *buf, bk_context *ctx, bk_context **out) {
+static bk_status reader_ctx(const char *fn, const bk_buffer *buf, bk_context *ctx,
+                            bk_context **out) {
   if (ctx) {
     *out = ctx;
     return BK_OK;
@@ -172,7 +173,7 @@ static bk_status reader_ctx(const bk_buffer *buf, bk_context *ctx, bk_context **
     *out = buf->owner;
     return BK_OK;
   }
-  return bk__default_context(buf->device, out);
+  return bk__default_context(fn, buf->device, out);
 }
 
 bk_status bk_buffer_to_host(bk_context *ctx, const bk_buffer *buf, void *data, int64_t length) {
@@ -189,9 +190,9 @@ bk_status bk_buffer_to_host(bk_context *ctx, const bk_buffer *buf, void *data, i
                     buf->device.index);
   if (length == 0) return BK_OK;
   bk_context *rc = NULL;
-  st = reader_ctx(buf, ctx, &rc);
+  st = reader_ctx(fn, buf, ctx, &rc);
   if (st != BK_OK) return st;
-  return rc->backend->mem_download(rc, data, buf->data, (size_t)length * bk__dtype_size(buf->dtype));
+  return rc->backend->mem_download(rc, fn, data, buf->data, (size_t)length * bk__dtype_size(buf->dtype));
 }
 
 bk_status bk_buffer_copy(bk_context *dst_ctx, const bk_buffer *src, bk_buffer **out) {
@@ -212,24 +213,24 @@ bk_status bk_buffer_copy(bk_context *dst_ctx, const bk_buffer *src, bk_buffer **
   }
   const bk_backend *dbe = dst_ctx->backend;
   if (bk__device_equal(src->device, dst_ctx->device)) {
-    st = dbe->mem_copy(dst_ctx, b->data, src->data, bytes);
+    st = dbe->mem_copy(dst_ctx, fn, b->data, src->data, bytes);
   } else if (src->device.kind == BK_DEVICE_CPU) {
-    st = dbe->mem_upload(dst_ctx, b->data, src->data, bytes);
+    st = dbe->mem_upload(dst_ctx, fn, b->data, src->data, bytes);
   } else {
     /* From a GPU: read it on its own context (ordered after the work that
      * made it), to host memory; then upload when the target is another GPU. */
     bk_context *rc = NULL;
-    st = reader_ctx(src, NULL, &rc);
+    st = reader_ctx(fn, src, NULL, &rc);
     if (st == BK_OK) {
       if (dst_ctx->device.kind == BK_DEVICE_CPU) {
-        st = rc->backend->mem_download(rc, b->data, src->data, bytes);
+        st = rc->backend->mem_download(rc, fn, b->data, src->data, bytes);
       } else {
-        void *tmp = bk__host_malloc(bytes);
+        void *tmp = bk__host_alloc(fn, "staging", bytes, 1);
         if (!tmp) {
-          st = bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of host staging", bytes);
+          st = BK_ERR_OUT_OF_MEMORY;
         } else {
-          st = rc->backend->mem_download(rc, tmp, src->data, bytes);
-          if (st == BK_OK) st = dbe->mem_upload(dst_ctx, b->data, tmp, bytes);
+          st = rc->backend->mem_download(rc, fn, tmp, src->data, bytes);
+          if (st == BK_OK) st = dbe->mem_upload(dst_ctx, fn, b->data, tmp, bytes);
           bk__host_free(tmp);
         }
       }
@@ -283,7 +284,7 @@ bk_status bk__bind(bk_call *c, const char *fn, bk_context *ctx, int n,
                       (int)ctx->device.kind, ctx->device.index, first_name,
                       (int)first->device.kind, first->device.index);
   } else {
-    bk_status st = bk__default_context(first->device, &ctx);
+    bk_status st = bk__default_context(fn, first->device, &ctx);
     if (st != BK_OK) return st;
   }
   c->ctx = ctx;
@@ -301,7 +302,7 @@ bk_status bk__new_zeros(bk_call *c, int64_t length, bk_buffer **out) {
   bk_status st = buffer_alloc(c->fn, c->ctx, c->dtype, length, &b);
   if (st != BK_OK) return st;
   if (length > 0) {
-    st = c->be->mem_zero(c->ctx, b->data, (size_t)length * bk__dtype_size(c->dtype));
+    st = c->be->mem_zero(c->ctx, c->fn, b->data, (size_t)length * bk__dtype_size(c->dtype));
     if (st != BK_OK) {
       bk_buffer_release(b);
       return st;

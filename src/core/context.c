@@ -30,8 +30,9 @@ int bk_cuda_device_count(void) {
 #endif
 }
 
-static bk_status context_new(bk_device device, bool is_default, bk_context **out) {
-  static const char fn[] = "bk_context_create";
+/* fn names the public function the context is made for: bk_context_create,
+ * or the call that needed a thread's default context. */
+static bk_status context_new(const char *fn, bk_device device, bool is_default, bk_context **out) {
   if (device.kind != BK_DEVICE_CPU && device.kind != BK_DEVICE_CUDA)
     return bk__fail(BK_ERR_INVALID_ARGUMENT, fn, "device.kind = %d is not a known device kind",
                     (int)device.kind);
@@ -45,13 +46,13 @@ static bk_status context_new(bk_device device, bool is_default, bk_context **out
   if (!be)
     return bk__fail(BK_ERR_UNSUPPORTED, fn, "device cuda:%" PRId32 " requested but this build has no CUDA backend",
                     device.index);
-  bk_context *ctx = bk__host_calloc(1, sizeof *ctx);
-  if (!ctx) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the context");
+  bk_context *ctx = bk__host_zalloc(fn, "memory for a context", 1, sizeof *ctx);
+  if (!ctx) return BK_ERR_OUT_OF_MEMORY;
   atomic_init(&ctx->refs, 1);
   ctx->device = device;
   ctx->backend = be;
   ctx->is_default = is_default;
-  bk_status st = be->context_init(ctx, device.index);
+  bk_status st = be->context_init(ctx, fn, device.index);
   if (st != BK_OK) {
     bk__host_free(ctx);
     return st;
@@ -63,7 +64,7 @@ static bk_status context_new(bk_device device, bool is_default, bk_context **out
 bk_status bk_context_create(bk_device device, bk_context **out) {
   if (!out) return bk__fail(BK_ERR_NULL, "bk_context_create", "out is NULL");
   *out = NULL;
-  return context_new(device, false, out);
+  return context_new("bk_context_create", device, false, out);
 }
 
 void bk__context_retain(bk_context *ctx) { atomic_fetch_add(&ctx->refs, 1); }
@@ -132,8 +133,7 @@ static void defaults_key_make(void) {
 /* The defaults table is bookkeeping of the thread, not a result: it is
  * allocated with plain calloc so the allocation-failure walk does not count
  * a one-time per-thread cost against the first primitive a test calls. */
-bk_status bk__default_context(bk_device device, bk_context **out) {
-  static const char fn[] = "bufkern";
+bk_status bk__default_context(const char *fn, bk_device device, bk_context **out) {
   pthread_once(&bk_defaults_once, defaults_key_make);
   if (!bk_defaults_key_ok) return bk__fail(BK_ERR_INTERNAL, fn, "cannot create thread key");
   bk_thread_defaults *d = pthread_getspecific(bk_defaults_key);
@@ -156,7 +156,7 @@ bk_status bk__default_context(bk_device device, bk_context **out) {
                     (int)device.kind, device.index);
   }
   if (!*slot) {
-    bk_status st = context_new(device, true, slot);
+    bk_status st = context_new(fn, device, true, slot);
     if (st != BK_OK) return st;
   }
   *out = *slot;

@@ -75,12 +75,12 @@ bk_status bk_buffer_from_dlpack(bk_context *ctx, struct DLManagedTensor *tensor,
                     (uint64_t)t->byte_offset, bytes);
   if (length == 0) {
     /* Zero-length buffers hold no memory: the producer's is returned now. */
-    st = bk__buffer_foreign(dtype, 0, dev, NULL, NULL, NULL, out);
+    st = bk__buffer_foreign(fn, dtype, 0, dev, NULL, NULL, NULL, out);
     if (st == BK_OK) import_release(tensor);
     return st;
   }
-  return bk__buffer_foreign(dtype, length, dev, (char *)t->data + t->byte_offset, import_release,
-                            tensor, out);
+  return bk__buffer_foreign(fn, dtype, length, dev, (char *)t->data + t->byte_offset,
+                            import_release, tensor, out);
 }
 
 /* ---- export ------------------------------------------------------------------- */
@@ -101,8 +101,8 @@ bk_status bk_buffer_to_dlpack(const bk_buffer *buf, struct DLManagedTensor **out
   if (!out) return bk__fail(BK_ERR_NULL, fn, "out is NULL");
   *out = NULL;
   if (!buf) return bk__fail(BK_ERR_NULL, fn, "buf is NULL");
-  export_state *s = bk__host_calloc(1, sizeof *s);
-  if (!s) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the DLPack tensor");
+  export_state *s = bk__host_zalloc(fn, "memory for the DLPack tensor", 1, sizeof *s);
+  if (!s) return BK_ERR_OUT_OF_MEMORY;
   s->shape[0] = buf->length;
   DLTensor *t = &s->managed.dl_tensor;
   t->data = buf->data;

@@ -80,8 +80,9 @@ bk_status bk__check_range(const char *fn, const char *name, int64_t v, int64_t l
 /* ---- contexts ------------------------------------------------------------ */
 
 /* The calling thread's default context for a device (created on first use;
- * owned by the thread, not the caller). */
-bk_status bk__default_context(bk_device device, bk_context **out);
+ * owned by the thread, not the caller). fn names the public function that
+ * needs it, for the messages. */
+bk_status bk__default_context(const char *fn, bk_device device, bk_context **out);
 void bk__context_retain(bk_context *ctx);
 void bk__context_release(bk_context *ctx);
 bool bk__device_equal(bk_device a, bk_device b);
@@ -113,14 +114,16 @@ bk_status bk__new_output(bk_call *c, int64_t length, bk_buffer **out);
 bk_status bk__new_zeros(bk_call *c, int64_t length, bk_buffer **out);
 
 /* Buffer constructor used by the core: takes ownership of data (NULL iff
- * length == 0) allocated through ctx's backend. */
-bk_status bk__buffer_wrap(bk_context *ctx, bk_dtype dtype, int64_t length, void *data,
-                          bk_buffer **out);
+ * length == 0) allocated through ctx's backend. fn names the public
+ * function in the message when the handle cannot be allocated. */
+bk_status bk__buffer_wrap(const char *fn, bk_context *ctx, bk_dtype dtype, int64_t length,
+                          void *data, bk_buffer **out);
 
 /* A buffer over memory owned by someone else: release_fn(release_arg) runs
  * once, with the last reference. data may be NULL only when length is 0. */
-bk_status bk__buffer_foreign(bk_dtype dtype, int64_t length, bk_device device, void *data,
-                             void (*release_fn)(void *), void *release_arg, bk_buffer **out);
+bk_status bk__buffer_foreign(const char *fn, bk_dtype dtype, int64_t length, bk_device device,
+                             void *data, void (*release_fn)(void *), void *release_arg,
+                             bk_buffer **out);
 
 /* Buffers alive in the process (the reliability tests read it). */
 extern atomic_llong bk__live_buffer_count;
@@ -148,6 +151,12 @@ void bk__drop(bk_buffer **p);
 BK_API void bk__inject_arm(int64_t fail_at);     /* 1-based; 0 disarms */
 BK_API int64_t bk__inject_count(void);           /* attempts since arming */
 BK_API int64_t bk__live_buffers(void);           /* buffers alive process-wide */
+/* Distinct allocation sites compiled into the library (BK_ALLOC_SITE). */
+BK_API int64_t bk__inject_site_count(void);
+/* The i-th distinct site, 0 <= i < bk__inject_site_count(): its source file
+ * (as the compiler saw it), line, and whether the hook has failed an
+ * allocation there since the process started. false past the last site. */
+BK_API bool bk__inject_site(int64_t i, const char **file, int *line, bool *failed);
 
 
 #endif /* BK_INTERNAL_H */

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bk_status cpu_context_init(bk_context *ctx, int index) {
+static bk_status cpu_context_init(bk_context *ctx, const char *fn, int index) {
+  (void)fn;
   (void)index;
   bk__ctx_set_impl(ctx, NULL);
   return BK_OK;
@@ -29,13 +30,14 @@ static bk_status cpu_context_synchronize(bk_context *ctx) {
 
 /* 64-byte alignment keeps vector loads of every row start aligned when the
  * row length allows it. */
-static bk_status cpu_mem_alloc(bk_context *ctx, size_t bytes, void **ptr) {
+static bk_status cpu_mem_alloc(bk_context *ctx, const char *fn, size_t bytes, void **ptr) {
   (void)ctx;
-  if (bk__inject_should_fail()) return bk__fail(BK_ERR_OUT_OF_MEMORY, "bufkern", "injected host allocation failure (%zu bytes)", bytes);
   size_t rounded = (bytes + 63) & ~(size_t)63;
-  if (rounded < bytes) return bk__fail(BK_ERR_OUT_OF_MEMORY, "bufkern", "allocation of %zu bytes overflows", bytes);
-  void *p = aligned_alloc(64, rounded);
-  if (!p) return bk__fail(BK_ERR_OUT_OF_MEMORY, "bufkern", "cannot allocate %zu bytes of host memory", bytes);
+  if (rounded < bytes)
+    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of host memory: the size overflows",
+                    bytes);
+  void *p = bk__inject_should_fail() ? NULL : aligned_alloc(64, rounded);
+  if (!p) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of host memory", bytes);
   *ptr = p;
   return BK_OK;
 }
@@ -45,14 +47,17 @@ static void cpu_mem_free(bk_context *ctx, void *ptr) {
   free(ptr);
 }
 
-static bk_status cpu_mem_copy(bk_context *ctx, void *dst, const void *src, size_t bytes) {
+static bk_status cpu_mem_copy(bk_context *ctx, const char *fn, void *dst, const void *src,
+                              size_t bytes) {
   (void)ctx;
+  (void)fn;
   memcpy(dst, src, bytes);
   return BK_OK;
 }
 
-static bk_status cpu_mem_zero(bk_context *ctx, void *dst, size_t bytes) {
+static bk_status cpu_mem_zero(bk_context *ctx, const char *fn, void *dst, size_t bytes) {
   (void)ctx;
+  (void)fn;
   memset(dst, 0, bytes);
   return BK_OK;
 }

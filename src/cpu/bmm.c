@@ -108,10 +108,9 @@ static bk_status gemm_blocked(const char *fn, const gemm_job *g) {
     if (threads < 1) threads = 1;
   }
 #endif
-  double *scratch = bk__host_malloc((size_t)threads * TILE_DOUBLES * sizeof(double));
-  if (!scratch)
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %d matrix tiles of scratch",
-                    threads);
+  double *scratch =
+      bk__host_alloc(fn, "scratch for matrix tiles", (size_t)threads * TILE_DOUBLES, sizeof(double));
+  if (!scratch) return BK_ERR_OUT_OF_MEMORY;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t t = 0; t < tiles; t++) {
     int me = 0;
@@ -299,10 +298,10 @@ static bool bound_exceeds(double scale, int64_t n, double ma, double mb, double 
   return ldexp(mant, (int)d) > fl;
 }
 
-static double *scratch_doubles(int64_t len) {
-  if ((uint64_t)len > SIZE_MAX / sizeof(double)) return NULL;
-  return bk__host_malloc((size_t)len * sizeof(double));
-}
+/* A float64 copy of an operand or result: its own allocation site for each
+ * of the three, so the failure walk tells them apart. */
+#define scratch_doubles(len) \
+  bk__host_alloc("bk_bmm_scaled", "memory for a float64 copy", (size_t)(len), sizeof(double))
 
 bk_status bk__cpu_bmm_scaled(bk_context *ctx, bk_dtype dt, const void *A, const void *B, void *C,
                              int64_t batch, int64_t m, int64_t n, int64_t p, int trans_a,
@@ -323,7 +322,7 @@ bk_status bk__cpu_bmm_scaled(bk_context *ctx, bk_dtype dt, const void *A, const 
   double *c64 = dt == BK_F32 ? scratch_doubles(c_len) : (double *)C;
   bk_status st = BK_OK;
   if ((copy_a && !a64) || (copy_b && !b64) || !c64) {
-    st = bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate float64 copies of the operands");
+    st = BK_ERR_OUT_OF_MEMORY;
   } else {
     if (copy_a) scaled_copy(dt, A, a_len, ea, a64);
     if (copy_b) scaled_copy(dt, B, b_len, eb, b64);

@@ -78,18 +78,15 @@ static int64_t factorize(int64_t m, int64_t *fac, int *nf) {
   return largest;
 }
 
-static bk_status alloc_cpx(int64_t count, cpx **out) {
+/* count complex values of scratch for the public function fn; each caller
+ * is an allocation site of its own (alloc_cpx). */
+static bk_status alloc_cpx_at(bk_alloc_site *site, const char *fn, int64_t count, cpx **out) {
   *out = NULL;
   if (count <= 0) return BK_OK;
-  if ((uint64_t)count > SIZE_MAX / sizeof(cpx))
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk__cpu_fft", "scratch of %lld complex values",
-                    (long long)count);
-  *out = bk__host_malloc((size_t)count * sizeof(cpx));
-  if (!*out)
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk__cpu_fft", "cannot allocate %lld complex values",
-                    (long long)count);
-  return BK_OK;
+  *out = bk__host_alloc_at(site, fn, "scratch", (size_t)count, sizeof(cpx), false);
+  return *out ? BK_OK : BK_ERR_OUT_OF_MEMORY;
 }
+#define alloc_cpx(fn, count, out) alloc_cpx_at(BK_ALLOC_SITE(), (fn), (count), (out))
 
 static void plan_free(plan *p) {
   if (!p) return;
@@ -132,14 +129,14 @@ static cpx unit_root(int64_t num, int64_t den) {
   return conj ? (cpx){c, s} : (cpx){c, -s};
 }
 
-static bk_status plan_make(int64_t m, plan **out) {
+static bk_status plan_make(const char *fn, int64_t m, plan **out) {
   *out = NULL;
-  plan *p = bk__host_calloc(1, sizeof *p);
-  if (!p) return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk__cpu_fft", "cannot allocate an FFT plan");
+  plan *p = bk__host_zalloc(fn, "memory for an FFT plan", 1, sizeof *p);
+  if (!p) return BK_ERR_OUT_OF_MEMORY;
   p->m = m;
   bk_status st = BK_OK;
   if (factorize(m, p->fac, &p->nf) <= FFT_MAX_RADIX) {
-    st = alloc_cpx(m, &p->w);
+    st = alloc_cpx(fn, m, &p->w);
     if (st == BK_OK)
       for (int64_t k = 0; k < m; k++) p->w[k] = unit_root(2 * k, m);
   } else {
@@ -149,11 +146,11 @@ static bk_status plan_make(int64_t m, plan **out) {
     int64_t M = 1;
     while (M < 2 * m - 1) M *= 2;
     p->scratch = 2 * M;
-    st = plan_make(M, &p->blue);
-    if (st == BK_OK) st = alloc_cpx(m, &p->chirp);
-    if (st == BK_OK) st = alloc_cpx(M, &p->kernel);
+    st = plan_make(fn, M, &p->blue);
+    if (st == BK_OK) st = alloc_cpx(fn, m, &p->chirp);
+    if (st == BK_OK) st = alloc_cpx(fn, M, &p->kernel);
     cpx *tmp = NULL;
-    if (st == BK_OK) st = alloc_cpx(M, &tmp);
+    if (st == BK_OK) st = alloc_cpx(fn, M, &tmp);
     if (st == BK_OK) {
       /* k^2 mod 2m, kept exact in integers: (k+1)^2 = k^2 + 2k + 1. */
       int64_t sq = 0;
@@ -322,7 +319,7 @@ static void job_free(job *j) {
   bk__host_free(j->scratch);
 }
 
-static bk_status job_make(int64_t n, int64_t batch, job *j) {
+static bk_status job_make(const char *fn, int64_t n, int64_t batch, job *j) {
   j->n = n;
   j->m = n % 2 == 0 ? n / 2 : n;
   j->p = NULL;
@@ -335,9 +332,9 @@ static bk_status job_make(int64_t n, int64_t batch, job *j) {
   if ((int64_t)j->threads > batch) j->threads = (int)batch;
 #endif
   (void)batch;
-  bk_status st = plan_make(j->m, &j->p);
+  bk_status st = plan_make(fn, j->m, &j->p);
   if (st == BK_OK && n % 2 == 0) {
-    st = alloc_cpx(n / 2 + 1, &j->half);
+    st = alloc_cpx(fn, n / 2 + 1, &j->half);
     if (st == BK_OK) {
       for (int64_t k = 0; k <= n / 2; k++) j->half[k] = unit_root(2 * k, n);
     }
@@ -346,9 +343,9 @@ static bk_status job_make(int64_t n, int64_t batch, job *j) {
     /* Input and output of the complex transform, then its own scratch. */
     j->per = 2 * j->m + j->p->scratch;
     if ((uint64_t)j->per > (uint64_t)INT64_MAX / (uint64_t)j->threads)
-      st = bk__fail(BK_ERR_OUT_OF_MEMORY, "bk__cpu_fft", "scratch size overflows");
+      st = bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "scratch size overflows");
     else
-      st = alloc_cpx(j->per * j->threads, &j->scratch);
+      st = alloc_cpx(fn, j->per * j->threads, &j->scratch);
   }
   if (st != BK_OK) job_free(j);
   return st;
@@ -446,7 +443,7 @@ bk_status bk__cpu_rfft(bk_context *ctx, bk_dtype dt, const void *x, void *y, int
                        int64_t n) {
   (void)ctx;
   job j;
-  bk_status st = job_make(n, batch, &j);
+  bk_status st = job_make("bk_rfft", n, batch, &j);
   if (st != BK_OK) return st;
   const int64_t bins = 2 * (n / 2 + 1);
 #pragma omp parallel for schedule(static) num_threads(j.threads) \
@@ -461,7 +458,7 @@ bk_status bk__cpu_irfft(bk_context *ctx, bk_dtype dt, const void *spec, void *y,
                         int64_t n, int normalize) {
   (void)ctx;
   job j;
-  bk_status st = job_make(n, batch, &j);
+  bk_status st = job_make(normalize ? "bk_irfft" : "bk_irfft_unnormalized", n, batch, &j);
   if (st != BK_OK) return st;
   const int64_t bins = 2 * (n / 2 + 1);
 #pragma omp parallel for schedule(static) num_threads(j.threads) \

@@ -166,10 +166,10 @@ bk_status bk__cpu_broadcast_to_adjoint(bk_context *ctx, bk_dtype dt, const void 
   }
   /* float64 results accumulate in place; float32 ones in a double scratch
    * array, rounded once at the end. */
-  double *acc = dt == BK_F64 ? (double *)din : bk__host_malloc((size_t)in_len * sizeof(double));
-  if (!acc)
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_broadcast_to_adjoint",
-                    "cannot allocate %" PRId64 " doubles of host scratch", in_len);
+  double *acc = dt == BK_F64 ? (double *)din
+                             : bk__host_alloc("bk_broadcast_to_adjoint", "scratch", (size_t)in_len,
+                                              sizeof(double));
+  if (!acc) return BK_ERR_OUT_OF_MEMORY;
 #pragma omp parallel for schedule(static) if (in_len >= BK_CPU_PARALLEL_MIN)
   for (int64_t i = 0; i < in_len; i++) acc[i] = -0.0;
   /* Blocks of axis p: enough to share the work, few enough that the block

@@ -186,14 +186,12 @@ bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, vo
 
   /* Long rows: two scratch arrays of cols entries per thread. */
   size_t per_thread = 2 * (size_t)cols;
-  if ((uint64_t)cols > SIZE_MAX / 2 / sizeof(topk_entry) / (size_t)threads)
+  if ((uint64_t)cols > SIZE_MAX / 2 / (size_t)threads)
     return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_rows_topk_mask",
                     "host scratch for %d threads of %" PRId64 " entries overflows", threads, cols);
-  topk_entry *scratch = bk__host_malloc(per_thread * (size_t)threads * sizeof *scratch);
-  if (!scratch)
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_rows_topk_mask",
-                    "cannot allocate %zu bytes of host scratch",
-                    per_thread * (size_t)threads * sizeof *scratch);
+  topk_entry *scratch =
+      bk__host_alloc("bk_rows_topk_mask", "scratch", per_thread * (size_t)threads, sizeof *scratch);
+  if (!scratch) return BK_ERR_OUT_OF_MEMORY;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     int tid = 0;

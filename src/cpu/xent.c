@@ -72,10 +72,8 @@ static double weighted_row(bk_dtype dt, const void *x, const void *w, int64_t ba
 bk_status bk__cpu_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits,
                                      const void *w, void *y, int64_t rows, int64_t cols) {
   (void)ctx;
-  double *part = bk__host_malloc((size_t)rows * sizeof *part);
-  if (!part)
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_xent_weighted_mean",
-                    "cannot allocate %zu bytes of host scratch", (size_t)rows * sizeof *part);
+  double *part = bk__host_alloc("bk_xent_weighted_mean", "scratch", (size_t)rows, sizeof *part);
+  if (!part) return BK_ERR_OUT_OF_MEMORY;
 #pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
   for (int64_t r = 0; r < rows; r++) part[r] = weighted_row(dt, logits, w, r * cols, cols);
   store_mean(dt, y, part, rows);
@@ -139,10 +137,8 @@ bk_status bk__cpu_xent_teacher(bk_context *ctx, bk_dtype dt, const void *S, cons
       teacher_grad_row(dt, S, T, y, r * cols, cols, (double)rows);
     return BK_OK;
   }
-  double *part = bk__host_malloc((size_t)rows * sizeof *part);
-  if (!part)
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_xent_teacher",
-                    "cannot allocate %zu bytes of host scratch", (size_t)rows * sizeof *part);
+  double *part = bk__host_alloc("bk_xent_teacher", "scratch", (size_t)rows, sizeof *part);
+  if (!part) return BK_ERR_OUT_OF_MEMORY;
 #pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
   for (int64_t r = 0; r < rows; r++) part[r] = teacher_loss_row(dt, S, T, r * cols, cols);
   store_mean(dt, y, part, rows);

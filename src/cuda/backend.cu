@@ -77,17 +77,18 @@ extern "C" bk_status bk__cuda_device_info(int index, char *name, size_t name_cap
 
 /* ---- contexts ------------------------------------------------------------ */
 
-static const char ctx_fn[] = "bk_context_create";
-
 static void cuda_context_fini(bk_context *ctx);
 
-static bk_status cuda_context_init(bk_context *ctx, int index) {
+/* fn is bk_context_create, or the call that needed a thread's default
+ * context; it names every message below. */
+static bk_status cuda_context_init(bk_context *ctx, const char *ctx_fn, int index) {
   int count = bk__cuda_device_count();
   if (index >= count)
     return bk__fail(BK_ERR_NO_DEVICE, ctx_fn, "device.index = %d but %d CUDA device(s) are visible",
                     index, count);
-  bk_cuda_ctx *c = (bk_cuda_ctx *)bk__host_calloc(1, sizeof *c);
-  if (!c) return bk__fail(BK_ERR_OUT_OF_MEMORY, ctx_fn, "cannot allocate the CUDA context state");
+  bk_cuda_ctx *c =
+      (bk_cuda_ctx *)bk__host_zalloc(ctx_fn, "memory for the CUDA context state", 1, sizeof *c);
+  if (!c) return BK_ERR_OUT_OF_MEMORY;
   c->device = index;
   bk__ctx_set_impl(ctx, c);
   bk_status st = bk__cuda_status(cudaSetDevice(index), ctx_fn, "cudaSetDevice");
@@ -260,7 +261,7 @@ bk_status bk__cuda_cublas(bk_context *ctx, const char *fn, void **handle) {
     cublasStatus_t s = cublasCreate(&h);
     if (s != CUBLAS_STATUS_SUCCESS)
       return bk__fail(s == CUBLAS_STATUS_ALLOC_FAILED ? BK_ERR_OUT_OF_MEMORY : BK_ERR_DEVICE,
-                      "bufkern", "cublasCreate failed (%d)", (int)s);
+                      fn, "cublasCreate failed (%d)", (int)s);
     (void)cublasSetStream(h, c->stream);
     /* The default math mode never uses TF32 or other reduced modes for the
      * CUBLAS_COMPUTE_32F / CUBLAS_COMPUTE_64F compute types the products
@@ -281,7 +282,7 @@ bk_status bk__cuda_cudnn(bk_context *ctx, const char *fn, void **handle) {
     cudnnHandle_t h;
     cudnnStatus_t s = cudnnCreate(&h);
     if (s != CUDNN_STATUS_SUCCESS)
-      return bk__fail(BK_ERR_DEVICE, "bufkern", "cudnnCreate failed: %s", cudnnGetErrorString(s));
+      return bk__fail(BK_ERR_DEVICE, fn, "cudnnCreate failed: %s", cudnnGetErrorString(s));
     (void)cudnnSetStream(h, c->stream);
     c->cudnn = h;
   }
@@ -292,10 +293,12 @@ bk_status bk__cuda_cudnn(bk_context *ctx, const char *fn, void **handle) {
 /* ---- memory -------------------------------------------------------------- */
 
 
-static bk_status cuda_mem_alloc(bk_context *ctx, size_t bytes, void **ptr) {
-  static const char fn[] = "bufkern";
-  if (bk__inject_should_fail())
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "injected device allocation failure (%zu bytes)", bytes);
+/* Device memory for a buffer (mem_alloc) or for scratch (bk__cuda_scratch):
+ * an allocation site each, so the failure walk tells them apart. */
+static bk_status device_alloc(bk_alloc_site *site, bk_context *ctx, const char *fn, size_t bytes,
+                              void **ptr) {
+  if (bk__inject_should_fail_at(site))
+    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of device memory", bytes);
   bk_cuda_ctx *c = bk_cu(ctx);
   BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
   void *p = NULL;
@@ -310,14 +313,18 @@ static bk_status cuda_mem_alloc(bk_context *ctx, size_t bytes, void **ptr) {
   return BK_OK;
 }
 
+static bk_status cuda_mem_alloc(bk_context *ctx, const char *fn, size_t bytes, void **ptr) {
+  return device_alloc(BK_ALLOC_SITE(), ctx, fn, bytes, ptr);
+}
+
 static void cuda_mem_free(bk_context *ctx, void *ptr) {
   bk_cuda_ctx *c = bk_cu(ctx);
   (void)enter(c);
   (void)cudaFreeAsync(ptr, c->stream);
 }
 
-bk_status bk__cuda_scratch(bk_context *ctx, size_t bytes, void **ptr) {
-  return cuda_mem_alloc(ctx, bytes, ptr);
+bk_status bk__cuda_scratch(bk_context *ctx, const char *fn, size_t bytes, void **ptr) {
+  return device_alloc(BK_ALLOC_SITE(), ctx, fn, bytes, ptr);
 }
 
 void bk__cuda_scratch_free(bk_context *ctx, void *ptr) {
@@ -329,8 +336,7 @@ void bk__cuda_scratch_free(bk_context *ctx, void *ptr) {
  * a slot is reused after the copy out of it completed, which for a ring of
  * BK_CUDA_STAGE_SLOTS is almost never a wait, so the host keeps running
  * ahead of the device. */
-static bk_status stage(bk_context *ctx, size_t bytes, void **host, int *slot) {
-  static const char fn[] = "bufkern";
+static bk_status stage(bk_context *ctx, const char *fn, size_t bytes, void **host, int *slot) {
   bk_cuda_ctx *c = bk_cu(ctx);
   const int i = c->stage_next;
   bk_cuda_stage *sl = &c->stage[i];
@@ -340,7 +346,7 @@ static bk_status stage(bk_context *ctx, size_t bytes, void **host, int *slot) {
   }
   if (bytes > sl->cap) {
     if (bk__inject_should_fail())
-      return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "injected pinned allocation failure (%zu bytes)", bytes);
+      return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of pinned host memory", bytes);
     size_t cap = sl->cap ? sl->cap : 4096;
     while (cap < bytes) cap *= 2;
     void *p = NULL;
@@ -356,8 +362,7 @@ static bk_status stage(bk_context *ctx, size_t bytes, void **host, int *slot) {
 }
 
 /* Queues the copy out of a staged slot and moves the ring on. */
-static bk_status stage_copy(bk_context *ctx, int slot, void *dst, size_t bytes) {
-  static const char fn[] = "bufkern";
+static bk_status stage_copy(bk_context *ctx, const char *fn, int slot, void *dst, size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
   bk_cuda_stage *sl = &c->stage[slot];
   BK_CUDA_TRY(cudaMemcpyAsync(dst, sl->host, bytes, cudaMemcpyHostToDevice, c->stream), fn,
@@ -400,31 +405,31 @@ static bk_status inline_copy(bk_context *ctx, const char *fn, void *dst, const v
  * finish copies through kernel parameters. */
 #define BK_STAGE_INLINE (-1)
 
-bk_status bk__cuda_upload_begin(bk_context *ctx, size_t bytes, void **host, int *slot) {
-  static const char fn[] = "bufkern";
+bk_status bk__cuda_upload_begin(bk_context *ctx, const char *fn, size_t bytes, void **host,
+                                int *slot) {
   bool in_params = bytes <= BK_CUDA_INLINE_BYTES;
   if (!in_params) {
     bk_status st = bk__cuda_capturing(ctx, fn, &in_params);
     if (st != BK_OK) return st;
   }
-  if (!in_params) return stage(ctx, bytes, host, slot);
-  void *h = bk__host_malloc(bytes);
-  if (!h) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of host staging", bytes);
+  if (!in_params) return stage(ctx, fn, bytes, host, slot);
+  void *h = bk__host_alloc(fn, "host staging", bytes, 1);
+  if (!h) return BK_ERR_OUT_OF_MEMORY;
   bk_cu(ctx)->inline_host = h;
   *host = h;
   *slot = BK_STAGE_INLINE;
   return BK_OK;
 }
 
-bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void **dev) {
-  static const char fn[] = "bufkern";
+bk_status bk__cuda_upload_finish(bk_context *ctx, const char *fn, int slot, size_t bytes,
+                                 void **dev) {
   void *d = NULL;
-  bk_status st = bk__cuda_scratch(ctx, bytes, &d);
+  bk_status st = bk__cuda_scratch(ctx, fn, bytes, &d);
   if (st == BK_OK) {
     if (slot == BK_STAGE_INLINE)
       st = inline_copy(ctx, fn, d, bk_cu(ctx)->inline_host, bytes);
     else
-      st = stage_copy(ctx, slot, d, bytes);
+      st = stage_copy(ctx, fn, slot, d, bytes);
   }
   if (slot == BK_STAGE_INLINE) {
     bk__host_free(bk_cu(ctx)->inline_host);
@@ -438,26 +443,26 @@ bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void *
   return BK_OK;
 }
 
-bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t k,
-                                  uint32_t **dev) {
+bk_status bk__cuda_upload_indices(bk_context *ctx, const char *fn, const uint64_t *idx,
+                                  int64_t k, uint32_t **dev) {
   const size_t bytes = (size_t)k * sizeof(uint32_t);
   void *host = NULL;
   int slot = 0;
-  bk_status st = bk__cuda_upload_begin(ctx, bytes, &host, &slot);
+  bk_status st = bk__cuda_upload_begin(ctx, fn, bytes, &host, &slot);
   if (st != BK_OK) return st;
   uint32_t *h = (uint32_t *)host;
   for (int64_t r = 0; r < k; r++) h[r] = (uint32_t)idx[r];
-  return bk__cuda_upload_finish(ctx, slot, bytes, (void **)dev);
+  return bk__cuda_upload_finish(ctx, fn, slot, bytes, (void **)dev);
 }
 
-bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes,
-                                             void **dev) {
+bk_status bk__cuda_upload_scratch(bk_context *ctx, const char *fn, const void *src, size_t bytes,
+                                  void **dev) {
   void *host = NULL;
   int slot = 0;
-  bk_status st = bk__cuda_upload_begin(ctx, bytes, &host, &slot);
+  bk_status st = bk__cuda_upload_begin(ctx, fn, bytes, &host, &slot);
   if (st != BK_OK) return st;
   memcpy(host, src, bytes);
-  return bk__cuda_upload_finish(ctx, slot, bytes, dev);
+  return bk__cuda_upload_finish(ctx, fn, slot, bytes, dev);
 }
 
 /* A buffer upload from pageable memory: cudaMemcpyAsync returns once the
@@ -465,8 +470,8 @@ bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *src, size_t bytes
  * reuse it at once and the transfer stays ordered on the stream. While the
  * stream is being captured the data travels in kernel parameters instead,
  * so the graph holds its own copy of it. */
-static bk_status cuda_mem_upload(bk_context *ctx, void *dst, const void *src, size_t bytes) {
-  static const char fn[] = "bk_buffer_from_host";
+static bk_status cuda_mem_upload(bk_context *ctx, const char *fn, void *dst, const void *src,
+                                 size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
   BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
   bool capturing = false;
@@ -478,8 +483,8 @@ static bk_status cuda_mem_upload(bk_context *ctx, void *dst, const void *src, si
   return BK_OK;
 }
 
-static bk_status cuda_mem_download(bk_context *ctx, void *dst, const void *src, size_t bytes) {
-  static const char fn[] = "bk_buffer_to_host";
+static bk_status cuda_mem_download(bk_context *ctx, const char *fn, void *dst, const void *src,
+                                   size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
   BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
   bk_status st = bk__cuda_refuse_capture(ctx, fn, "a copy to host memory (it synchronizes)");
@@ -490,16 +495,17 @@ static bk_status cuda_mem_download(bk_context *ctx, void *dst, const void *src, 
   return BK_OK;
 }
 
-static bk_status cuda_mem_copy(bk_context *ctx, void *dst, const void *src, size_t bytes) {
+static bk_status cuda_mem_copy(bk_context *ctx, const char *fn, void *dst, const void *src,
+                               size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), "bufkern",
+  BK_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream), fn,
               "cudaMemcpyAsync (device to device)");
   return BK_OK;
 }
 
-static bk_status cuda_mem_zero(bk_context *ctx, void *dst, size_t bytes) {
+static bk_status cuda_mem_zero(bk_context *ctx, const char *fn, void *dst, size_t bytes) {
   bk_cuda_ctx *c = bk_cu(ctx);
-  BK_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, c->stream), "bufkern", "cudaMemsetAsync");
+  BK_CUDA_TRY(cudaMemsetAsync(dst, 0, bytes, c->stream), fn, "cudaMemsetAsync");
   return BK_OK;
 }
 

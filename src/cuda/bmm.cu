@@ -485,7 +485,7 @@ static bk_status bmm_scaled_launch(bk_context *ctx, const T *A, const T *B, T *C
       scratch_add(&total, (size_t)len_b * sizeof(T), &off_b2);
   if (!fits) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "scratch for the scaled copies exceeds the address space");
   void *scratch = NULL;
-  st = bk__cuda_scratch(ctx, total, &scratch);
+  st = bk__cuda_scratch(ctx, fn, total, &scratch);
   if (st != BK_OK) return st;
   char *base = (char *)scratch;
   scaled_plan<T> *plan = (scaled_plan<T> *)(base + off_plan);

@@ -384,8 +384,8 @@ static bk_status plan_get(bk_context *ctx, cudnnHandle_t h, const conv_key *k,
   bk_cuda_ctx *c = bk_cu(ctx);
   conv_cache *cache = (conv_cache *)c->cache[BK_CUDA_CACHE_CONV];
   if (!cache) {
-    cache = (conv_cache *)bk__host_calloc(1, sizeof *cache);
-    if (!cache) return bk__fail(BK_ERR_OUT_OF_MEMORY, "bk_conv", "cannot allocate the cuDNN plan cache");
+    cache = (conv_cache *)bk__host_zalloc("bk_conv", "memory for the cuDNN plan cache", 1, sizeof *cache);
+    if (!cache) return BK_ERR_OUT_OF_MEMORY;
     c->cache[BK_CUDA_CACHE_CONV] = cache;
     c->cache_free[BK_CUDA_CACHE_CONV] = conv_cache_free;
   }
@@ -613,7 +613,7 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
   const size_t total = off_ws + ws_bytes;
   void *scratch = NULL;
   if (total > 0) {
-    st = bk__cuda_scratch(ctx, total, &scratch);
+    st = bk__cuda_scratch(ctx, fn, total, &scratch);
     if (st != BK_OK) return st;
   }
   char *base = (char *)scratch;

@@ -91,21 +91,23 @@ bk_status bk__cuda_launched(const char *fn, const char *kernel);
 
 /* Stream-ordered scratch: device memory valid for work queued on the
  * context's stream until bk__cuda_scratch_free (also stream-ordered). Goes
- * through the allocation-failure hook. bytes > 0. */
-bk_status bk__cuda_scratch(bk_context *ctx, size_t bytes, void **ptr);
+ * through the allocation-failure hook. bytes > 0. fn names the public
+ * function in the messages, here and in every helper below. */
+bk_status bk__cuda_scratch(bk_context *ctx, const char *fn, size_t bytes, void **ptr);
 void bk__cuda_scratch_free(bk_context *ctx, void *ptr);
 
 /* Uploads k host indices (already validated, each <= UINT32_MAX) as uint32
  * into fresh scratch memory (*dev, freed with bk__cuda_scratch_free). The
  * host array may be reused when this returns: the indices are first
  * converted into pinned staging. k > 0. */
-bk_status bk__cuda_upload_indices(bk_context *ctx, const uint64_t *idx, int64_t k,
-                                  uint32_t **dev);
+bk_status bk__cuda_upload_indices(bk_context *ctx, const char *fn, const uint64_t *idx,
+                                  int64_t k, uint32_t **dev);
 
 /* Uploads `bytes` of arbitrary host data (a small table built on the host,
  * e.g. a scatter schedule) into fresh scratch memory through the pinned
  * staging; same lifetime rules as bk__cuda_upload_indices. */
-bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *host, size_t bytes, void **dev);
+bk_status bk__cuda_upload_scratch(bk_context *ctx, const char *fn, const void *host, size_t bytes,
+                                  void **dev);
 
 /* The same upload in two steps, for data built straight into host
  * staging: begin gives *host, `bytes` of host memory to fill (and its
@@ -119,8 +121,10 @@ bk_status bk__cuda_upload_scratch(bk_context *ctx, const void *host, size_t byte
  * captured graph then owns its copy of the data, so each replay reads the
  * data given at capture time, never a staging slot reused since. */
 #define BK_CUDA_INLINE_BYTES 3840
-bk_status bk__cuda_upload_begin(bk_context *ctx, size_t bytes, void **host, int *slot);
-bk_status bk__cuda_upload_finish(bk_context *ctx, int slot, size_t bytes, void **dev);
+bk_status bk__cuda_upload_begin(bk_context *ctx, const char *fn, size_t bytes, void **host,
+                                int *slot);
+bk_status bk__cuda_upload_finish(bk_context *ctx, const char *fn, int slot, size_t bytes,
+                                 void **dev);
 
 /* Library handles bound to the context's current stream, created on first
  * use. The out-parameter is a cublasHandle_t / cudnnHandle_t. Creating a

@@ -184,8 +184,8 @@ static bk_status fft_plan(bk_context *ctx, const char *fn, bk_dtype dt, int inve
   bk_cuda_ctx *c = bk_cu(ctx);
   fft_cache *cache = (fft_cache *)c->cache[BK_CUDA_CACHE_FFT];
   if (!cache) {
-    cache = (fft_cache *)bk__host_calloc(1, sizeof *cache);
-    if (!cache) return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the cuFFT plan cache");
+    cache = (fft_cache *)bk__host_zalloc(fn, "memory for the cuFFT plan cache", 1, sizeof *cache);
+    if (!cache) return BK_ERR_OUT_OF_MEMORY;
     c->cache[BK_CUDA_CACHE_FFT] = cache;
     c->cache_free[BK_CUDA_CACHE_FFT] = fft_cache_free;
   }
@@ -349,7 +349,7 @@ extern "C" bk_status bk__cuda_rfft(bk_context *ctx, bk_dtype dt, const void *x, 
   const size_t total = in_bytes + e->work_bytes;
   void *scratch = NULL;
   if (total) {
-    st = bk__cuda_scratch(ctx, total, &scratch);
+    st = bk__cuda_scratch(ctx, fn, total, &scratch);
     if (st != BK_OK) return st;
   }
   void *in = (void *)x;
@@ -382,7 +382,7 @@ extern "C" bk_status bk__cuda_irfft(bk_context *ctx, bk_dtype dt, const void *sp
   /* C2R overwrites its input: it runs on a prepared copy of the spectrum. */
   const size_t spec_bytes = round_up_256((size_t)batch * (size_t)(n / 2 + 1) * 2 * es);
   void *scratch = NULL;
-  st = bk__cuda_scratch(ctx, spec_bytes + e->work_bytes, &scratch);
+  st = bk__cuda_scratch(ctx, fn, spec_bytes + e->work_bytes, &scratch);
   if (st != BK_OK) return st;
   const double scale = normalize ? 1.0 / (double)n : 1.0;
   st = dt == BK_F32 ? launch_spec_prepare<float>(ctx, fn, spec, scratch, batch, n, scale)

@@ -216,15 +216,14 @@ static bk_status sort_pairs(const char *fn, uint32_t *key, int64_t *val, int64_t
   const int passes = (bits + 15) / 16;
   const int width = (bits + passes - 1) / passes;
   const int64_t buckets = (int64_t)1 << width;
-  uint32_t *key2 = (uint32_t *)bk__host_malloc((size_t)m * sizeof *key2);
-  int64_t *val2 = (int64_t *)bk__host_malloc((size_t)m * sizeof *val2);
-  int64_t *count = (int64_t *)bk__host_malloc((size_t)buckets * sizeof *count);
+  uint32_t *key2 = (uint32_t *)bk__host_alloc(fn, "memory for the scatter schedule", (size_t)m, sizeof *key2);
+  int64_t *val2 = (int64_t *)bk__host_alloc(fn, "memory for the scatter schedule", (size_t)m, sizeof *val2);
+  int64_t *count = (int64_t *)bk__host_alloc(fn, "memory for the scatter schedule", (size_t)buckets, sizeof *count);
   if (!key2 || !val2 || !count) {
     bk__host_free(key2);
     bk__host_free(val2);
     bk__host_free(count);
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the scatter schedule (%lld updates)",
-                    (long long)m);
+    return BK_ERR_OUT_OF_MEMORY;
   }
   const uint32_t mask = (uint32_t)(buckets - 1);
   for (int p = 0; p < passes; p++) {
@@ -260,13 +259,12 @@ static bk_status build_sched(const char *fn, const uint64_t *idx, int64_t k, int
   for (int64_t r = 0; r < k; r++)
     if (idx[r] < (uint64_t)rows) m++;
   if (m == 0) return BK_OK;
-  uint32_t *key = (uint32_t *)bk__host_malloc((size_t)m * sizeof *key);
-  int64_t *val = (int64_t *)bk__host_malloc((size_t)m * sizeof *val);
+  uint32_t *key = (uint32_t *)bk__host_alloc(fn, "memory for the scatter schedule", (size_t)m, sizeof *key);
+  int64_t *val = (int64_t *)bk__host_alloc(fn, "memory for the scatter schedule", (size_t)m, sizeof *val);
   if (!key || !val) {
     bk__host_free(key);
     bk__host_free(val);
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the scatter schedule (%lld updates)",
-                    (long long)m);
+    return BK_ERR_OUT_OF_MEMORY;
   }
   int64_t n = 0;
   for (int64_t r = 0; r < k; r++) {
@@ -281,10 +279,8 @@ static bk_status build_sched(const char *fn, const uint64_t *idx, int64_t k, int
   if (st == BK_OK) {
     for (int64_t i = 0; i < m; i++)
       if (i == 0 || key[i] != key[i - 1]) u++;
-    sc->blob = (int64_t *)bk__host_malloc((size_t)(2 * u + 1 + m) * sizeof(int64_t));
-    if (!sc->blob)
-      st = bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the scatter schedule (%lld rows)",
-                    (long long)u);
+    sc->blob = (int64_t *)bk__host_alloc(fn, "memory for the scatter schedule", (size_t)(2 * u + 1 + m), sizeof(int64_t));
+    if (!sc->blob) st = BK_ERR_OUT_OF_MEMORY;
   }
   if (st == BK_OK) {
     int64_t *seg_start = sc->blob, *upd = sc->blob + u + 1, *seg_row = upd + m;
@@ -322,10 +318,8 @@ static bool sched_by_count(int64_t rows, int64_t m) {
  */
 static bk_status upload_sched_count(bk_context *ctx, const char *fn, const uint64_t *idx,
                                     int64_t k, int64_t rows, int64_t m, int64_t *u, void **dev) {
-  int32_t *at = (int32_t *)bk__host_calloc((size_t)rows, sizeof *at);
-  if (!at)
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate the scatter schedule (%lld rows)",
-                    (long long)rows);
+  int32_t *at = (int32_t *)bk__host_zalloc(fn, "memory for the scatter schedule", (size_t)rows, sizeof *at);
+  if (!at) return BK_ERR_OUT_OF_MEMORY;
   for (int64_t r = 0; r < k; r++)
     if (idx[r] < (uint64_t)rows) at[idx[r]]++;
   int64_t nu = 0;
@@ -334,7 +328,7 @@ static bk_status upload_sched_count(bk_context *ctx, const char *fn, const uint6
   void *host = NULL;
   int slot = 0;
   /* One slack entry past seg_row for the branch-free pass below. */
-  bk_status st = bk__cuda_upload_begin(ctx, bytes + sizeof(int64_t), &host, &slot);
+  bk_status st = bk__cuda_upload_begin(ctx, fn, bytes + sizeof(int64_t), &host, &slot);
   if (st != BK_OK) {
     bk__host_free(at);
     return st;
@@ -360,7 +354,7 @@ static bk_status upload_sched_count(bk_context *ctx, const char *fn, const uint6
     if (idx[r] < (uint64_t)rows) upd[at[idx[r]]++] = r;
   bk__host_free(at);
   *u = nu;
-  return bk__cuda_upload_finish(ctx, slot, bytes, dev);
+  return bk__cuda_upload_finish(ctx, fn, slot, bytes, dev);
 }
 
 template <typename T, typename S, int W>
@@ -369,7 +363,7 @@ static bk_status launch_dense(bk_context *ctx, const char *fn, const T *mat, con
                               const int64_t *upd, const int64_t *seg_row, int64_t u) {
   cudaStream_t s = bk_stream(ctx);
   void *map = NULL;
-  bk_status st = bk__cuda_scratch(ctx, (size_t)rows * sizeof(S), &map);
+  bk_status st = bk__cuda_scratch(ctx, fn, (size_t)rows * sizeof(S), &map);
   if (st != BK_OK) return st;
   /* All bytes 0xFF: -1 in two's complement, "no schedule entry". */
   st = bk__cuda_status(cudaMemsetAsync(map, 0xFF, (size_t)rows * sizeof(S), s), fn,
@@ -434,8 +428,8 @@ static bk_status launch_scatter(bk_context *ctx, const char *fn, const T *mat, c
     sched sc;
     st = build_sched(fn, idx, k, rows, &sc);
     if (st != BK_OK) return st;
-    st = bk__cuda_upload_scratch(ctx, sc.blob, (size_t)(2 * sc.u + 1 + sc.m) * sizeof(int64_t),
-                                 &dev);
+    st = bk__cuda_upload_scratch(ctx, fn, sc.blob,
+                                 (size_t)(2 * sc.u + 1 + sc.m) * sizeof(int64_t), &dev);
     bk__host_free(sc.blob);
     u = sc.u;
   }
@@ -465,7 +459,7 @@ extern "C" bk_status bk__cuda_rows_gather(bk_context *ctx, bk_dtype dt, const vo
     return launch_gather<double>(ctx, fn, (const double *)mat, (double *)y, rows, cols, v, k);
   }
   uint32_t *dev = NULL;
-  bk_status st = bk__cuda_upload_indices(ctx, idx, k, &dev);
+  bk_status st = bk__cuda_upload_indices(ctx, fn, idx, k, &dev);
   if (st != BK_OK) return st;
   const uint32_t *didx = dev;
   if (dt == BK_F32)

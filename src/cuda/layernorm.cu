@@ -1707,7 +1707,7 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
   if (nch > 1) {
     const int64_t units = rows * nch;
     void *scratch = NULL;
-    bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(ln_stat), &scratch);
+    bk_status st = bk__cuda_scratch(ctx, fn, (size_t)units * sizeof(ln_stat), &scratch);
     if (st != BK_OK) return st;
     ln_stat *stats = (ln_stat *)scratch;
     ln_fwd_split_stats_kernel<T, VEC>
@@ -1833,7 +1833,7 @@ static bk_status ln_bwd_slots_launch(bk_context *ctx, const char *fn, const floa
   const size_t smem = (size_t)ln_slot_elems<float>(cols / 4) * sizeof(float);
   *nb = ln_resident_blocks(ctx, ln_bwd_next_kernel, threads, rows, smem);
   const bk_status st =
-      bk__cuda_scratch(ctx, (size_t)*nb * 2 * (size_t)cols * sizeof(double), scratch);
+      bk__cuda_scratch(ctx, fn, (size_t)*nb * 2 * (size_t)cols * sizeof(double), scratch);
   if (st != BK_OK) return st;
   *queued = true;
   ln_bwd_next_kernel<<<(unsigned)*nb, threads, smem, bk_stream(ctx)>>>(
@@ -1865,7 +1865,7 @@ static bk_status ln_bwd_slots_launch(bk_context *ctx, const char *fn, const doub
     *nb = ln_resident_blocks(ctx, ln_bwd_hoist_kernel<false>, threads, rows, smem);
   }
   const bk_status st =
-      bk__cuda_scratch(ctx, (size_t)*nb * 2 * (size_t)cols * sizeof(double), scratch);
+      bk__cuda_scratch(ctx, fn, (size_t)*nb * 2 * (size_t)cols * sizeof(double), scratch);
   if (st != BK_OK) return st;
   *queued = true;
   double *part = (double *)*scratch;
@@ -1913,7 +1913,7 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
       nb = ln_resident_blocks(ctx, ln_bwd_rows_kernel<T, VEC, true>, threads, units);
     else
       nb = ln_resident_blocks(ctx, ln_bwd_rows_kernel<T, VEC, false>, threads, units);
-    st = bk__cuda_scratch(ctx, (size_t)nb * 2 * (size_t)cols * sizeof(double), &scratch);
+    st = bk__cuda_scratch(ctx, fn, (size_t)nb * 2 * (size_t)cols * sizeof(double), &scratch);
     if (st != BK_OK) return st;
     part = (double *)scratch;
     if (warp)
@@ -1935,7 +1935,7 @@ static bk_status ln_backward_launch(bk_context *ctx, const char *fn, const T *do
     const int64_t rpb = (rows + nb - 1) / nb;
     nb = (rows + rpb - 1) / rpb;
     const size_t sums_bytes = (size_t)(rows * nch) * sizeof(ln_pair);
-    st = bk__cuda_scratch(ctx, sums_bytes + (size_t)nb * 2 * (size_t)cols * sizeof(double),
+    st = bk__cuda_scratch(ctx, fn, sums_bytes + (size_t)nb * 2 * (size_t)cols * sizeof(double),
                           &scratch);
     if (st != BK_OK) return st;
     ln_pair *sums = (ln_pair *)scratch;

@@ -707,7 +707,7 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
     const bool aligned = al && C % EPC == 0;
     void *scratch = NULL;
     if (nseg > 1) {
-      bk_status st = bk__cuda_scratch(ctx, (size_t)(nseg * g.nkept) * sizeof(double), &scratch);
+      bk_status st = bk__cuda_scratch(ctx, fn, (size_t)(nseg * g.nkept) * sizeof(double), &scratch);
       if (st != BK_OK) return st;
     }
     double *part = (double *)scratch;

@@ -757,7 +757,7 @@ static bk_status rows_reduce_launch(bk_context *ctx, const char *fn, const T *x,
   if (nch > 1) {
     const int64_t units = rows * nch;
     void *scratch = NULL;
-    bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(A), &scratch);
+    bk_status st = bk__cuda_scratch(ctx, fn, (size_t)units * sizeof(A), &scratch);
     if (st != BK_OK) return st;
     A *part = (A *)scratch;
     rows_reduce_split_kernel<T, VEC, OP>

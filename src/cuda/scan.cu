@@ -551,7 +551,7 @@ static bk_status scan_run(bk_context *ctx, const char *fn, scan_args p, const vo
   const bool shared_bwd = BWD && !VAR;
   const size_t plane = (size_t)p.chunks * (size_t)N * sizeof(double);
   void *scratch = NULL;
-  bk_status st = bk__cuda_scratch(ctx, plane * (shared_bwd ? 3 : 2), &scratch);
+  bk_status st = bk__cuda_scratch(ctx, fn, plane * (shared_bwd ? 3 : 2), &scratch);
   if (st != BK_OK) return st;
   p.agg_a = (double *)scratch;
   p.agg_b = (double *)((char *)scratch + plane);

@@ -1007,7 +1007,7 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
      * about four blocks, none shorter than BK_CUDA_MIN_CHUNK elements. */
     const int64_t units = rows * nch;
     void *scratch = NULL;
-    bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(sm_stat), &scratch);
+    bk_status st = bk__cuda_scratch(ctx, fn, (size_t)units * sizeof(sm_stat), &scratch);
     if (st != BK_OK) return st;
     sm_stat *stats = (sm_stat *)scratch;
     softmax_split_stats_kernel<T, VEC, MASKED>

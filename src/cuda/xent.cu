@@ -1058,7 +1058,7 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
   if (nch > 1) {
     const int64_t units = rows * nch;
     const size_t stat_bytes = (size_t)units * sizeof(xe_stat);
-    st = bk__cuda_scratch(ctx, stat_bytes + (size_t)rows * sizeof(double), &scratch);
+    st = bk__cuda_scratch(ctx, fn, stat_bytes + (size_t)rows * sizeof(double), &scratch);
     if (st != BK_OK) return st;
     xe_stat *stats = (xe_stat *)scratch;
     double *loss = (double *)((char *)scratch + stat_bytes);
@@ -1092,7 +1092,7 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
   const int64_t units = warp ? (rows + 7) / 8 : rows;
   const int64_t cap = (tl64 ? 64 : 32) * sm;
   const int64_t blocks = units < cap ? units : cap;
-  st = bk__cuda_scratch(ctx, (size_t)blocks * sizeof(double), &scratch);
+  st = bk__cuda_scratch(ctx, fn, (size_t)blocks * sizeof(double), &scratch);
   if (st != BK_OK) return st;
   double *part = (double *)scratch;
   const char *kname = "xent_loss_rows_kernel";
@@ -1128,7 +1128,7 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
   if (nch > 1) {
     const int64_t units = rows * nch;
     void *scratch = NULL;
-    bk_status st = bk__cuda_scratch(ctx, (size_t)units * sizeof(xe_stat), &scratch);
+    bk_status st = bk__cuda_scratch(ctx, fn, (size_t)units * sizeof(xe_stat), &scratch);
     if (st != BK_OK) return st;
     xe_stat *stats = (xe_stat *)scratch;
     xent_split_stats_kernel<T, VEC, XE_TGRAD>

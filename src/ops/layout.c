@@ -21,7 +21,7 @@ static bk_status copy_result(bk_call *c, const bk_buffer *src, int64_t length, b
   bk_buffer *y = NULL;
   bk_status st = bk__new_output(c, length, &y);
   if (st == BK_OK)
-    st = c->be->mem_copy(c->ctx, y->data, src->data, (size_t)length * bk__dtype_size(c->dtype));
+    st = c->be->mem_copy(c->ctx, c->fn, y->data, src->data, (size_t)length * bk__dtype_size(c->dtype));
   if (st != BK_OK) {
     bk__drop(&y);
     return st;

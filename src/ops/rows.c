@@ -88,22 +88,20 @@ static bk_status fill_ones(bk_call *c, bk_buffer *y, int64_t length) {
   enum { BLOCK = 4096 };
   size_t es = bk__dtype_size(c->dtype);
   int64_t first = length < BLOCK ? length : BLOCK;
-  void *ones = bk__host_malloc((size_t)first * es);
-  if (!ones)
-    return bk__fail(BK_ERR_OUT_OF_MEMORY, c->fn, "cannot allocate %zu bytes of host staging",
-                    (size_t)first * es);
+  void *ones = bk__host_alloc(c->fn, "staging", (size_t)first, es);
+  if (!ones) return BK_ERR_OUT_OF_MEMORY;
   for (int64_t i = 0; i < first; i++) {
     if (c->dtype == BK_F32)
       ((float *)ones)[i] = 1.0f;
     else
       ((double *)ones)[i] = 1.0;
   }
-  bk_status st = c->be->mem_upload(c->ctx, y->data, ones, (size_t)first * es);
+  bk_status st = c->be->mem_upload(c->ctx, c->fn, y->data, ones, (size_t)first * es);
   bk__host_free(ones);
   char *base = y->data;
   for (int64_t done = first; st == BK_OK && done < length;) {
     int64_t step = length - done < done ? length - done : done;
-    st = c->be->mem_copy(c->ctx, base + (size_t)done * es, base, (size_t)step * es);
+    st = c->be->mem_copy(c->ctx, c->fn, base + (size_t)done * es, base, (size_t)step * es);
     done += step;
   }
   return st;

@@ -38,9 +38,9 @@ bk_status bk_vec_concat(bk_context *ctx, const bk_buffer *a, const bk_buffer *b,
   size_t es = bk__dtype_size(c.dtype);
   /* Each part is copied only when it has elements: an empty buffer holds no
    * memory and mem_copy requires bytes > 0. */
-  if (n > 0) st = c.be->mem_copy(c.ctx, y->data, a->data, (size_t)n * es);
+  if (n > 0) st = c.be->mem_copy(c.ctx, c.fn, y->data, a->data, (size_t)n * es);
   if (st == BK_OK && m > 0)
-    st = c.be->mem_copy(c.ctx, elem_at(y->data, n, es), b->data, (size_t)m * es);
+    st = c.be->mem_copy(c.ctx, c.fn, elem_at(y->data, n, es), b->data, (size_t)m * es);
   if (st != BK_OK) {
     bk__drop(&y);
     return st;
@@ -74,7 +74,7 @@ bk_status bk_vec_slice(bk_context *ctx, const bk_buffer *x, int64_t n, int64_t s
   st = bk__new_output(&c, len, &y);
   if (st != BK_OK) return st;
   size_t es = bk__dtype_size(c.dtype);
-  if (len > 0) st = c.be->mem_copy(c.ctx, y->data, elem_at(x->data, start, es), (size_t)len * es);
+  if (len > 0) st = c.be->mem_copy(c.ctx, c.fn, y->data, elem_at(x->data, start, es), (size_t)len * es);
   if (st != BK_OK) {
     bk__drop(&y);
     return st;
