@@ -454,14 +454,16 @@ static int status_known(bk_status st) {
 }
 
 /* The message of a failed call names the function. Allocation failures
- * name "bufkern" or an internal function ("bk__cpu_fft") instead in the code
+ * name "bufkern", an internal function ("bk__cpu_fft") or, when the
+ * thread's default context is made, "bk_context_create" instead in the code
  * this harness was written against; the known-defect build accepts that. */
 static void check_message(bk_status st, const char *fname) {
   const char *msg = bk_last_error();
   size_t k = strlen(fname);
   int named = strncmp(msg, fname, k) == 0 && msg[k] == ':';
   if (SKIP_KNOWN && st == BK_ERR_OUT_OF_MEMORY &&
-      (strncmp(msg, "bufkern:", 8) == 0 || strncmp(msg, "bk__", 4) == 0))
+      (strncmp(msg, "bufkern:", 8) == 0 || strncmp(msg, "bk__", 4) == 0 ||
+       strncmp(msg, "bk_context_create:", 18) == 0))
     named = 1;
   REQUIRE(named, fname);
 }
@@ -516,11 +518,13 @@ static void maybe_inject(reader *r) {
 /* bk_swap_adjacent computes depth + 1 in int: depth == INT_MAX overflows. */
 static int skip_known_swap(int depth) { return SKIP_KNOWN && depth == INT_MAX; }
 
-/* bk_conv checks (k-1)*dilation only: with an extent of 1 on an axis, the
- * backend's tap range computes pad_before + dilation - 1, which overflows. */
+/* The CPU backend's tap range computes pad_before + dilation - 1, which
+ * the front door does not bound: with an extent of 1 on an axis it checks no
+ * product of the dilation at all, and with an extent of 2 a valid call with
+ * pad_before and dilation near 2^62 overflows it too. */
 static int skip_known_conv(int64_t k, int64_t pad_before, int64_t dilation) {
-  return SKIP_KNOWN && k == 1 && pad_before >= 0 && dilation >= 1 &&
-         pad_before > INT64_MAX - (dilation - 1);
+  (void)k;
+  return SKIP_KNOWN && pad_before >= 0 && dilation >= 1 && pad_before > INT64_MAX - (dilation - 1);
 }
 
 /* ---- the primitives -------------------------------------------------------------------- */

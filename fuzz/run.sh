@@ -11,6 +11,9 @@
 #   fuzz/run.sh --grow [seconds]  the same run, then the inputs that add
 #                                 coverage are merged into fuzz/corpus
 #                                 (libFuzzer -merge=1)
+#   fuzz/run.sh --repro           runs each input of fuzz/repro (minimised
+#                                 reproducers of front-door defects) once and
+#                                 reports which still fail
 # Environment:
 #   BK_FUZZ_SKIP_KNOWN=1  build with -DBK_FUZZ_SKIP_KNOWN: the harness avoids
 #                         the argument patterns of known front-door defects
@@ -20,8 +23,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 grow=0
+repro=0
 if [[ "${1:-}" == "--grow" ]]; then
   grow=1
+  shift
+elif [[ "${1:-}" == "--repro" ]]; then
+  repro=1
   shift
 fi
 secs=${1:-${FUZZ_SECONDS:-60}}
@@ -51,6 +58,18 @@ clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=
   -o "$out/fuzz_frontdoor"
 export ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1
 export OPENBLAS_NUM_THREADS=1
+if [[ $repro == 1 ]]; then
+  failed=0
+  for f in fuzz/repro/*.bin; do
+    if "$out/fuzz_frontdoor" "$f" >"$out/repro.log" 2>&1; then
+      echo "passes: $f"
+    else
+      failed=1
+      echo "FAILS:  $f: $(grep -m1 -E 'invariant failed|runtime error|ERROR' "$out/repro.log")"
+    fi
+  done
+  exit $failed
+fi
 "$out/fuzz_frontdoor" -max_total_time="$secs" -rss_limit_mb=4096 -timeout=20 -max_len=4096 \
   -dict=fuzz/frontdoor.dict -print_final_stats=1 "${par[@]}" \
   -artifact_prefix="$out/" "$out/corpus" fuzz/corpus 2>&1 | tail -n 25
