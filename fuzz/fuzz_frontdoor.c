@@ -413,12 +413,18 @@ typedef struct outs {
   int has_null; /* an out-parameter is NULL */
 } outs;
 
+/* Allocation failure at a chosen attempt of the next call, at times. */
+static void maybe_inject(reader *r) {
+  uint8_t b = u8(r);
+  if (b >= 232) bk__inject_arm(1 + b % 12);
+}
+
 /* A value no call may leave in an out-parameter. */
 static bk_buffer *const SENTINEL = (bk_buffer *)&SENTINEL;
 
 /* Out-parameters for n results: distinct slots most of the time; at times
  * one NULL, two or all the same pointer, or one the address of an input's
- * handle. */
+ * handle. The call made next may have an allocation failure injected. */
 static void outs_init(reader *r, outs *o, int n, pool *pl) {
   o->n = n;
   o->aliased = o->has_null = 0;
@@ -441,6 +447,7 @@ static void outs_init(reader *r, outs *o, int n, pool *pl) {
     o->p[i] = &pl->h[mode % pl->n];
     o->aliased = 1;
   }
+  maybe_inject(r);
 }
 
 static int status_known(bk_status st) {
@@ -505,12 +512,6 @@ static void outs_finish(outs *o, bk_status st, const pool *pl, const int64_t *wa
 /* One-output shorthand. */
 static void finish1(outs *o, bk_status st, const pool *pl, int64_t want, const char *fname) {
   outs_finish(o, st, pl, &want, fname);
-}
-
-/* Allocation failure at a chosen attempt of the next call, at times. */
-static void maybe_inject(reader *r) {
-  uint8_t b = u8(r);
-  if (b >= 232) bk__inject_arm(1 + b % 12);
 }
 
 /* ---- known front-door defects (skipped with -DBK_FUZZ_SKIP_KNOWN) --------------------- */
@@ -603,7 +604,6 @@ static void op_conv(reader *r, pool *pl) {
   const int64_t *sp = u8(r) == 0xC9 ? NULL : st_;
   outs o;
   outs_init(r, &o, 1, pl);
-  maybe_inject(r);
   bk_status st =
       bk_conv(pl->ctx, x, w, bias, dp, in_rank, kp, s, sp, pb, pa, dil, groups, o.p[0]);
   bk__inject_arm(0);
@@ -645,7 +645,6 @@ static void op_broadcast(reader *r, pool *pl, int adjoint) {
   const int64_t *mp = u8(r) == 0xB4 ? NULL : m;
   outs o;
   outs_init(r, &o, 1, pl);
-  maybe_inject(r);
   bk_status st = adjoint ? bk_broadcast_to_adjoint(pl->ctx, x, dp, ir, ep, orank, mp, o.p[0])
                          : bk_broadcast_to(pl->ctx, x, dp, ir, ep, orank, mp, o.p[0]);
   bk__inject_arm(0);
@@ -676,7 +675,6 @@ static void op_rank_poly(reader *r, pool *pl, int which) {
   const int64_t *dp = u8(r) == 0xA5 ? NULL : d;
   outs o;
   outs_init(r, &o, 1, pl);
-  maybe_inject(r);
   bk_status st = which == 0   ? bk_softmax(pl->ctx, x, dp, rank, ax, o.p[0])
                  : which == 1 ? bk_swap_adjacent(pl->ctx, x, dp, rank, ax, o.p[0])
                               : bk_sum_axis(pl->ctx, x, dp, rank, ax, o.p[0]);
@@ -700,7 +698,6 @@ static void op_rows(reader *r, pool *pl, int op) {
       fn = "bk_xent_weighted_mean";
       a = input(r, pl, rc), b = input(r, pl, rc);
       outs_init(r, &o, 1, pl);
-      maybe_inject(r);
       st = bk_xent_weighted_mean(pl->ctx, a, b, rows, cols, o.p[0]);
       want[0] = rc >= 0 ? 1 : -1;
       break;
@@ -709,7 +706,6 @@ static void op_rows(reader *r, pool *pl, int op) {
       int g = flag_arg(r);
       a = input(r, pl, rc), b = input(r, pl, rc);
       outs_init(r, &o, 1, pl);
-      maybe_inject(r);
       st = bk_xent_teacher(pl->ctx, a, b, rows, cols, g, o.p[0]);
       want[0] = rc < 0 ? -1 : g == 0 ? 1 : g == 1 ? rc : -1;
       break;
@@ -718,7 +714,6 @@ static void op_rows(reader *r, pool *pl, int op) {
       fn = op == 2 ? "bk_rows_sum" : "bk_rows_max";
       a = input(r, pl, rc);
       outs_init(r, &o, 1, pl);
-      maybe_inject(r);
       st = op == 2 ? bk_rows_sum(pl->ctx, a, rows, cols, o.p[0])
                    : bk_rows_max(pl->ctx, a, rows, cols, o.p[0]);
       want[0] = rc >= 0 ? rows : -1;
@@ -727,7 +722,6 @@ static void op_rows(reader *r, pool *pl, int op) {
       fn = "bk_rows_first_max_mask";
       a = input(r, pl, rc);
       outs_init(r, &o, 1, pl);
-      maybe_inject(r);
       st = bk_rows_first_max_mask(pl->ctx, a, rows, cols, o.p[0]);
       want[0] = rc;
       break;
@@ -737,7 +731,6 @@ static void op_rows(reader *r, pool *pl, int op) {
       if (rc > 0 && cols <= 64 && (double)rc * (double)cols > WORK_MAX) return;
       a = input(r, pl, rc);
       outs_init(r, &o, 1, pl);
-      maybe_inject(r);
       st = bk_rows_topk_mask(pl->ctx, a, rows, cols, k, o.p[0]);
       want[0] = k >= 0 ? rc : -1;
       break;
@@ -746,7 +739,6 @@ static void op_rows(reader *r, pool *pl, int op) {
       fn = "bk_rows_masked_softmax";
       a = input(r, pl, rc), b = input(r, pl, rc);
       outs_init(r, &o, 1, pl);
-      maybe_inject(r);
       st = bk_rows_masked_softmax(pl->ctx, a, b, rows, cols, o.p[0]);
       want[0] = rc;
       break;
@@ -755,7 +747,6 @@ static void op_rows(reader *r, pool *pl, int op) {
       double eps = (u8(r) & 1) ? 1e-5 : VALUES[u8(r) % COUNT(VALUES)];
       a = input(r, pl, rc), b = input(r, pl, cols), c = input(r, pl, cols);
       outs_init(r, &o, 3, pl);
-      maybe_inject(r);
       st = bk_layernorm_forward(pl->ctx, a, b, c, rows, cols, eps, o.p[0], o.p[1], o.p[2]);
       int ok = rc >= 0 && cols > 0 && isfinite(eps) && eps >= 0;
       want[0] = want[1] = ok ? rc : -1;
@@ -766,7 +757,6 @@ static void op_rows(reader *r, pool *pl, int op) {
       fn = "bk_layernorm_backward";
       a = input(r, pl, rc), b = input(r, pl, rc), c = input(r, pl, rows), d2 = input(r, pl, cols);
       outs_init(r, &o, 3, pl);
-      maybe_inject(r);
       st = bk_layernorm_backward(pl->ctx, a, b, c, d2, rows, cols, o.p[0], o.p[1], o.p[2]);
       want[0] = rc >= 0 && cols > 0 ? rc : -1;
       want[1] = want[2] = rc >= 0 && cols > 0 ? cols : -1;
@@ -779,14 +769,12 @@ static void op_rows(reader *r, pool *pl, int op) {
       a = input(r, pl, la), b = input(r, pl, la), c = input(r, pl, rc), d2 = input(r, pl, cols);
       if (!bwd) {
         outs_init(r, &o, 1, pl);
-        maybe_inject(r);
         st = var ? bk_scan_diag_var(pl->ctx, a, b, c, d2, rows, cols, o.p[0])
                  : bk_scan_diag(pl->ctx, a, b, c, d2, rows, cols, o.p[0]);
         want[0] = rc < 0 ? -1 : empty ? 0 : rc;
       } else {
         e2 = input(r, pl, rc), f2 = input(r, pl, rc);
         outs_init(r, &o, 4, pl);
-        maybe_inject(r);
         st = var ? bk_scan_diag_var_backward(pl->ctx, a, b, c, d2, e2, f2, rows, cols, o.p[0],
                                              o.p[1], o.p[2], o.p[3])
                  : bk_scan_diag_backward(pl->ctx, a, b, c, d2, e2, f2, rows, cols, o.p[0],
@@ -814,7 +802,6 @@ static void op_vec(reader *r, pool *pl, int op) {
     fn = "bk_vec_concat";
     bk_buffer *a = input(r, pl, n), *b = input(r, pl, m);
     outs_init(r, &o, 1, pl);
-    maybe_inject(r);
     st = bk_vec_concat(pl->ctx, a, b, n, m, o.p[0]);
     want = add(n, m);
   } else if (op == 1) {
@@ -822,7 +809,6 @@ static void op_vec(reader *r, pool *pl, int op) {
     int64_t start = u8(r) & 1 ? i64_arg(r, 0, 8) : dim_arg(r);
     bk_buffer *x = input(r, pl, n);
     outs_init(r, &o, 1, pl);
-    maybe_inject(r);
     st = bk_vec_slice(pl->ctx, x, n, start, m, o.p[0]);
     want = start >= 0 && m >= 0 && add(start, m) >= 0 && add(start, m) <= n ? m : -1;
   } else {
@@ -831,7 +817,6 @@ static void op_vec(reader *r, pool *pl, int op) {
     if (rc > BUDGET || (rc < 0 && n >= 0 && n <= BUDGET && m >= 0 && (u8(r) & 1))) return;
     bk_buffer *v = input(r, pl, n);
     outs_init(r, &o, 1, pl);
-    maybe_inject(r);
     st = bk_broadcast_col(pl->ctx, v, n, m, o.p[0]);
     want = rc;
   }
@@ -852,13 +837,11 @@ static void op_bmm(reader *r, pool *pl, int scaled) {
   int ok_flags = (ta == 0 || ta == 1) && (tb == 0 || tb == 1);
   if (!scaled) {
     outs_init(r, &o, 1, pl);
-    maybe_inject(r);
     st = bk_bmm(pl->ctx, A, B, b, m, n, p, ta, tb, o.p[0]);
   } else {
     int flag = 7, null_flag = u8(r) == 0x9A;
     double scale = (u8(r) & 1) ? 0.5 : VALUES[u8(r) % COUNT(VALUES)];
     outs_init(r, &o, 1, pl);
-    maybe_inject(r);
     st = bk_bmm_scaled(pl->ctx, A, B, b, m, n, p, ta, tb, scale, o.p[0], null_flag ? NULL : &flag);
     if (!null_flag) REQUIRE(st == BK_OK ? (flag == 0 || flag == 1) : flag == 0, fn);
     if (null_flag) REQUIRE(st != BK_OK, fn);
@@ -879,7 +862,6 @@ static void op_fft(reader *r, pool *pl, int op) {
   bk_buffer *x = input(r, pl, op == 0 ? real : spec);
   outs o;
   outs_init(r, &o, 1, pl);
-  maybe_inject(r);
   bk_status st = op == 0   ? bk_rfft(pl->ctx, x, batch, n, o.p[0])
                  : op == 1 ? bk_irfft(pl->ctx, x, batch, n, o.p[0])
                            : bk_irfft_unnormalized(pl->ctx, x, batch, n, o.p[0]);
@@ -917,12 +899,10 @@ static void op_gather(reader *r, pool *pl, int scatter) {
   for (int i = 0; i < kn; i++) idx_ok &= idx[i] <= UINT32_MAX;
   if (!scatter) {
     outs_init(r, &o, 1, pl);
-    maybe_inject(r);
     st = bk_rows_gather(pl->ctx, mat, rows, cols, ip, k, o.p[0]);
   } else {
     bk_buffer *v = input(r, pl, kc);
     outs_init(r, &o, 1, pl);
-    maybe_inject(r);
     st = bk_rows_scatter_add(pl->ctx, mat, v, rows, cols, ip, k, o.p[0]);
   }
   bk__inject_arm(0);
@@ -1029,7 +1009,6 @@ static void op_buffers(reader *r, pool *pl) {
         bk_buffer *src = input(r, pl, dim_arg(r) % 300);
         outs o;
         outs_init(r, &o, 1, pl);
-        maybe_inject(r);
         bk_status st = bk_buffer_copy(pl->ctx, src, o.p[0]);
         bk__inject_arm(0);
         bk_buffer *got = o.p[0] ? *o.p[0] : NULL;
