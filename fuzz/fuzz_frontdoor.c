@@ -679,7 +679,7 @@ static void op_rank_poly(reader *r, pool *pl, int which) {
                  : which == 1 ? bk_swap_adjacent(pl->ctx, x, dp, rank, ax, o.p[0])
                               : bk_sum_axis(pl->ctx, x, dp, rank, ax, o.p[0]);
   bk__inject_arm(0);
-  int ok_axis = which == 0 ? (ax >= 0 && ax < rank) : which == 1 ? (ax >= 0 && ax < rank - 1) : 1;
+  int ok_axis = which == 0 ? (ax >= 0 && ax < rank) : which == 1 ? (ax >= 0 && (int64_t)ax + 1 < rank) : 1;
   finish1(&o, st, pl, ok_axis ? want : -1, fn);
 }
 
