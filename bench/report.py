@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the measured tables of docs/PERFORMANCE.md from a benchmark run.
 
-Inputs: the JSON lines of `bufkern bench --json` (the C harness: every PERF.md case, f32 and
+Inputs: the JSON lines of `bufkern bench --json` (the C harness: every reference case, f32 and
 f64) and the JSON of `bench/vs_torch.py --json` (bufkern and ATen side by side in one process).
 Prints markdown to standard output; the prose around it lives in docs/PERFORMANCE.md.
 
@@ -15,7 +15,7 @@ def bench_table(path):
     rows = [json.loads(line) for line in open(path) if line.strip()]
     copy = next((r["copy_gbs"] for r in rows if r.get("copy_gbs")), None)
     out = [f"Same-run device copy bandwidth: **{copy:.0f} GB/s** (1 GiB, bytes read + written).", "",
-           "| case | ms | GB/s or TFLOP/s | % of copy | ATen ms (PERF.md) | speedup |",
+           "| case | ms | GB/s or TFLOP/s | % of copy | ATen ms (reference) | speedup |",
            "|---|---|---|---|---|---|"]
     for r in rows:
         name = r["case"]

@@ -1,6 +1,7 @@
 /*
  * bench.c — `bufkern bench`: times the primitives on one device through the
- * public API and sets them beside the ATen numbers of PERF.md.
+ * public API and sets them beside the ATen reference times of
+ * docs/PERFORMANCE.md.
  *
  * Every case is warmed up, then timed over several repeats and reported by
  * its median. On a GPU the bench installs its own stream on the context and
@@ -12,7 +13,7 @@
  * once; TFLOP/s for the contractions), that rate as a percentage of the
  * device-to-device copy bandwidth measured in the same run (a 1 GiB
  * bk_buffer_copy, counting bytes read plus bytes written), the ATen time
- * from PERF.md and the speedup over it. A case whose primitive returns a
+ * of the reference and the speedup over it. A case whose primitive returns a
  * status prints that status and the run goes on.
  *
  *   bufkern bench [--device cpu|cuda:N] [--filter SUBSTR] [--quick] [--f64]
@@ -49,7 +50,8 @@ int bk_tool_bench(int argc, char **argv);
 /* ---- the ATen reference ------------------------------------------------------ */
 
 /* ATen on one NVIDIA H200 (torch 2.11.0+cu130), copied from the measured run
- * in PERF.md (medians of CUDA-event-timed repeats after warm-up, TF32 off;
+ * listed in docs/PERFORMANCE.md, "ATen reference" (medians of
+ * CUDA-event-timed repeats after warm-up, TF32 off;
  * copy bandwidth 4161 GB/s in that run). Milliseconds per call. */
 static const struct {
   const char *name;
