@@ -2,7 +2,8 @@
 """Side-by-side benchmark: bufkern (through the Python binding) against the ATen
 compositions a PyTorch user would write, on identical CUDA tensors, in one process.
 
-For every case of /work/shared/PERF.md (same names) plus size sweeps, the run
+For every reference case of docs/PERFORMANCE.md (same names as its ATen reference
+table) plus size sweeps, the run
 
 1. builds the inputs once as torch tensors and imports them into bufkern with
    DLPack (zero-copy: the same device memory);
@@ -354,7 +355,7 @@ class Case:
 
 
 def _cases_for(dtype: str, quick: bool):
-    """The PERF.md cases and the sweeps, for one dtype ("f32" or "f64")."""
+    """The reference cases and the sweeps, for one dtype ("f32" or "f64")."""
     cases = []
 
     def add(*args, **kw):
@@ -656,7 +657,7 @@ def _cases_for(dtype: str, quick: bool):
                 b["A"], b["B"], b["X"], b["h0"], b["out"], b["dy"], seq_len=T, state=N, ctx=ctx)),
             scale=scan_bwd_scale(var),
             bytes=(lambda es, T, N: (8 * T * N + 2 * N) * es) if var else (lambda es, T, N: (4 * T * N + 6 * N) * es),
-            note="ATen reverse Hillis-Steele composition (not in PERF.md)")
+            note="ATen reverse Hillis-Steele composition (not in the ATen reference)")
 
     # -- broadcasts and layout ----------------------------------------------------------------------
     add(nm("broadcastTo_1x8192_to_8192x8192") if dtype == "f32" else "broadcastTo_1x8192_to_8192x8192_f64",
@@ -1157,7 +1158,7 @@ def write_plots(directory, meta, results):
         ax.invert_yaxis()
         ax.axvline(85, color="gray", lw=0.8, ls=":")
         ax.set_xlabel("% of copy bandwidth")
-        ax.set_title(f"PERF.md cases, copy = {meta['copy_gbs']:.0f} GB/s")
+        ax.set_title(f"reference cases, copy = {meta['copy_gbs']:.0f} GB/s")
         ax.legend()
         fig.tight_layout()
         p = d / "perf_cases.png"
@@ -1404,10 +1405,10 @@ def parse_args(argv=None):
     p.add_argument("--dry-run", action="store_true",
                    help="no GPU, no torch: bufkern side only, on the CPU, with tiny shapes")
     p.add_argument("--dtype", choices=["f32", "f64", "both"], default="f32",
-                   help="float32 cases (the PERF.md names; bmm has f64 cases too), float64 variants, or both")
+                   help="float32 cases (the reference names; bmm has f64 cases too), float64 variants, or both")
     p.add_argument("--device", default="cuda:0")
     p.add_argument("--repeats", type=int, default=15, help="timed repeats per case (median)")
-    p.add_argument("--no-sweeps", action="store_true", help="only the PERF.md cases")
+    p.add_argument("--no-sweeps", action="store_true", help="only the reference cases")
     p.add_argument("--list", action="store_true", help="list the case names and exit")
     g = p.add_argument_group("sweep", "--sweep: shapes drawn at random from a seed, the same as "
                              "`bufkern bench --sweep` draws (bench/sweep_shapes.py)")
@@ -1432,7 +1433,7 @@ def select_cases(args):
     for dt in dtypes:
         cases += _cases_for(dt, args.quick)
     if args.dtype == "f32":
-        # PERF.md lists float64 bmm cases next to the float32 ones.
+        # The ATen reference lists float64 bmm cases next to the float32 ones.
         cases += [c for c in _cases_for("f64", args.quick) if c.family == "bmm"]
     if args.no_sweeps:
         cases = [c for c in cases if c.perf]

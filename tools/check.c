@@ -1,6 +1,7 @@
 /*
- * check.c — `bufkern check`: conformance tables. Every example of the
- * contract (SPEC.md section 3, the values repeated below) runs on the
+ * check.c — `bufkern check`: conformance tables. Every worked example
+ * of the contract (docs/CONTRACT.md, sections numbered like the header's;
+ * the values repeated below) runs on the
  * chosen device in float32 and float64 and is compared with its expected
  * values; on a GPU each result is also compared with the CPU backend's.
  * Primitives for which the contract gives no example get a small one that
@@ -33,7 +34,7 @@ typedef struct ck_in {
  * every one of its outputs must take. */
 typedef struct ck_case {
   const char *prim;
-  const char *source; /* "SPEC 3.x" or "header" */
+  const char *source; /* "ex. 3.x" (docs/CONTRACT.md) or "header" */
   bk_status (*run)(bk_context *ctx, bk_buffer *const *in, bk_buffer **out);
   ck_in in[CK_MAX_IN];
   const double *want[CK_MAX_OUT];
@@ -297,46 +298,46 @@ static const double sca_y[] = {1, 2, 4.25, 4.5, 5, 6};
                        {WANT_N(a), WANT_N(b), WANT_N(c), WANT_N(d)}
 
 static const ck_case cases[] = {
-    {"bk_softmax", "SPEC 3.1", r_softmax, {IN(sm_x)}, W1(sm_y), 0},
-    {"bk_xent_weighted_mean", "SPEC 3.2", r_xent_w, {IN(xe_s), IN(xe_w)}, W1(xe_wl), 0},
-    {"bk_xent_teacher", "SPEC 3.3", r_xent_t, {IN(xe_s), IN(xe_t)}, W1(xe_tl), 0},
-    {"bk_xent_teacher", "SPEC 3.3", r_xent_tg, {IN(xe_s), IN(xe_t)}, W1(xe_tg), 0},
-    {"bk_conv", "SPEC 3.4", r_conv, {IN(cv_x), IN(cv_w), IN(cv_b)}, W1(cv_y), 0},
+    {"bk_softmax", "ex. 3.1", r_softmax, {IN(sm_x)}, W1(sm_y), 0},
+    {"bk_xent_weighted_mean", "ex. 3.2", r_xent_w, {IN(xe_s), IN(xe_w)}, W1(xe_wl), 0},
+    {"bk_xent_teacher", "ex. 3.3", r_xent_t, {IN(xe_s), IN(xe_t)}, W1(xe_tl), 0},
+    {"bk_xent_teacher", "ex. 3.3", r_xent_tg, {IN(xe_s), IN(xe_t)}, W1(xe_tg), 0},
+    {"bk_conv", "ex. 3.4", r_conv, {IN(cv_x), IN(cv_w), IN(cv_b)}, W1(cv_y), 0},
     {"bk_rows_sum", "header", r_rows_sum, {IN(rs_x)}, W1(rs_y), 0},
     {"bk_rows_max", "header", r_rows_max, {IN(rm_x)}, W1(rm_y), 1},
-    {"bk_rows_first_max_mask", "SPEC 3.5", r_first_max, {IN(mk_x)}, W1(mk_first), 1},
-    {"bk_rows_topk_mask", "SPEC 3.5", r_topk2, {IN(mk_x)}, W1(mk_k2), 1},
-    {"bk_rows_topk_mask", "SPEC 3.5", r_topk3, {IN(mk_x)}, W1(mk_k3), 1},
-    {"bk_rows_topk_mask", "SPEC 3.5", r_topk_nan2, {IN(mk_nan)}, W1(mk_nan2), 1},
+    {"bk_rows_first_max_mask", "ex. 3.5", r_first_max, {IN(mk_x)}, W1(mk_first), 1},
+    {"bk_rows_topk_mask", "ex. 3.5", r_topk2, {IN(mk_x)}, W1(mk_k2), 1},
+    {"bk_rows_topk_mask", "ex. 3.5", r_topk3, {IN(mk_x)}, W1(mk_k3), 1},
+    {"bk_rows_topk_mask", "ex. 3.5", r_topk_nan2, {IN(mk_nan)}, W1(mk_nan2), 1},
     {"bk_rows_topk_mask", "header", r_topk_nan1, {IN(mk_nan)}, W1(mk_nan1), 1},
-    {"bk_rows_masked_softmax", "SPEC 3.5", r_masked, {IN(ms_s), IN(ms_m)}, W1(ms_y), 1},
+    {"bk_rows_masked_softmax", "ex. 3.5", r_masked, {IN(ms_s), IN(ms_m)}, W1(ms_y), 1},
     {"bk_vec_concat", "header", r_concat, {IN(vc_a), IN(vc_b)}, W1(vc_y), 1},
     {"bk_vec_slice", "header", r_slice, {IN(vs_x)}, W1(vs_y), 1},
     {"bk_broadcast_col", "header", r_bcol, {IN(bc_v)}, W1(bc_y), 1},
-    {"bk_broadcast_to", "SPEC 3.6", r_bto, {IN(iota12)}, W1(bt_y), 1},
-    {"bk_broadcast_to_adjoint", "SPEC 3.6", r_bto_adj, {IN(ones48)}, W1(fours12), 1},
-    {"bk_swap_adjacent", "SPEC 3.6", r_swap, {IN(iota24)}, W1(sw_y), 1},
-    {"bk_sum_axis", "SPEC 3.6", r_sum_axis, {IN(iota24)}, W1(sa_y), 1},
-    {"bk_layernorm_forward", "SPEC 3.7", r_ln_fwd, {IN(ln_x), IN(ln_g), IN(ln_b)},
+    {"bk_broadcast_to", "ex. 3.6", r_bto, {IN(iota12)}, W1(bt_y), 1},
+    {"bk_broadcast_to_adjoint", "ex. 3.6", r_bto_adj, {IN(ones48)}, W1(fours12), 1},
+    {"bk_swap_adjacent", "ex. 3.6", r_swap, {IN(iota24)}, W1(sw_y), 1},
+    {"bk_sum_axis", "ex. 3.6", r_sum_axis, {IN(iota24)}, W1(sa_y), 1},
+    {"bk_layernorm_forward", "ex. 3.7", r_ln_fwd, {IN(ln_x), IN(ln_g), IN(ln_b)},
      W2(ln_y, ln_is), 0},
-    {"bk_layernorm_backward", "SPEC 3.7", r_ln_bwd, {IN(ln_x), IN(ln_g), IN(ln_b), IN(ln_ones)},
+    {"bk_layernorm_backward", "ex. 3.7", r_ln_bwd, {IN(ln_x), IN(ln_g), IN(ln_b), IN(ln_ones)},
      W3(ln_dx, ln_dg, ln_db), 0},
     {"bk_bmm", "header", r_bmm, {IN(mm_a), IN(mm_b)}, W1(mm_y), 0},
     {"bk_bmm", "header", r_bmm_tt, {IN(mm_a), IN(mm_b)}, W1(mm_ytt), 0},
-    {"bk_bmm_scaled", "SPEC 3.8", r_bmm_scaled, {IN(big), IN(big)}, W2(big, bs_flag), 0},
-    {"bk_rfft", "SPEC 3.9", r_rfft, {IN(ff_x)}, W1(ff_y), 0},
-    {"bk_irfft", "SPEC 3.9", r_irfft, {IN(ff_spec)}, W1(ff_inv), 0},
-    {"bk_irfft_unnormalized", "SPEC 3.9", r_irfft_u, {IN(ff_spec)}, W1(ff_unn), 0},
-    {"bk_scan_diag", "SPEC 3.10", r_scan, {IN(sc_A), IN(sc_B), IN(sc_X), IN(sc_h0)}, W1(sc_y),
+    {"bk_bmm_scaled", "ex. 3.8", r_bmm_scaled, {IN(big), IN(big)}, W2(big, bs_flag), 0},
+    {"bk_rfft", "ex. 3.9", r_rfft, {IN(ff_x)}, W1(ff_y), 0},
+    {"bk_irfft", "ex. 3.9", r_irfft, {IN(ff_spec)}, W1(ff_inv), 0},
+    {"bk_irfft_unnormalized", "ex. 3.9", r_irfft_u, {IN(ff_spec)}, W1(ff_unn), 0},
+    {"bk_scan_diag", "ex. 3.10", r_scan, {IN(sc_A), IN(sc_B), IN(sc_X), IN(sc_h0)}, W1(sc_y),
      0},
-    {"bk_scan_diag_backward", "SPEC 3.10", r_scan_bwd,
+    {"bk_scan_diag_backward", "ex. 3.10", r_scan_bwd,
      {IN(sc_A), IN(sc_B), IN(sc_X), IN(sc_h0), IN(sc_ones)}, W4(sc_dA, sc_dB, sc_dX, sc_dh0), 0},
-    {"bk_scan_diag_var", "SPEC 3.10", r_scan_var, {IN(sv_A), IN(sv_B), IN(sc_X), IN(sc_h0)},
+    {"bk_scan_diag_var", "ex. 3.10", r_scan_var, {IN(sv_A), IN(sv_B), IN(sc_X), IN(sc_h0)},
      W1(sv_y), 0},
-    {"bk_scan_diag_var_backward", "SPEC 3.10", r_scan_var_bwd,
+    {"bk_scan_diag_var_backward", "ex. 3.10", r_scan_var_bwd,
      {IN(sv_A), IN(sv_B), IN(sc_X), IN(sc_h0), IN(sc_ones)}, W4(sv_dA, sv_dB, sv_dX, sv_dh0), 0},
     {"bk_rows_gather", "header", r_gather, {IN(gs_mat)}, W1(ga_y), 1},
-    {"bk_rows_scatter_add", "SPEC 3.11", r_scatter, {IN(gs_mat), IN(sa_v)}, W1(sca_y), 1},
+    {"bk_rows_scatter_add", "ex. 3.11", r_scatter, {IN(gs_mat), IN(sa_v)}, W1(sca_y), 1},
 };
 
 enum { N_CASES = (int)(sizeof cases / sizeof cases[0]) };
@@ -454,11 +455,12 @@ static void check_case(const ck_case *k, bk_context *ctx, bk_context *cpu, bk_dt
 
 void bk_tool_check_usage(void) {
   printf("usage: bufkern check [--device cpu|cuda:N] [--dtype f32|f64|both]\n\n"
-         "Runs every example of the contract (SPEC.md section 3) of every primitive on the\n"
-         "device and compares each result with its expected values; primitives without an\n"
-         "example in the contract get one that follows from the header's rules. On a GPU each\n"
-         "result is also compared with the CPU backend's. Prints one line per primitive and\n"
-         "a summary \"N passed, N failed\"; exits 0 when all pass, 1 otherwise.\n\n"
+         "Runs every worked example of the contract (docs/CONTRACT.md, sections numbered like\n"
+         "the header's) on the device and compares each result with its expected values;\n"
+         "primitives without an example there get one that follows from the header's rules\n"
+         "(source \"header\"). On a GPU each result is also compared with the CPU backend's.\n"
+         "Prints one line per primitive and a summary \"N passed, N failed\"; exits 0 when\n"
+         "all pass, 1 otherwise.\n\n"
          "Masks, gathers, broadcasts, swaps and top-k must match exactly; other values within\n"
          "1e-5 (float32) or 2e-6 (float64, the examples' precision) of max(1, max|value|);\n"
          "against the CPU backend within 1e-5 (float32) or 1e-12 (float64).\n\n"
@@ -544,7 +546,7 @@ int bk_tool_check(int argc, char **argv) {
     ck_result r32 = {0, 0, 0, 0.0, 0.0}, r64 = {0, 0, 0, 0.0, 0.0};
     int from_spec = 0;
     for (int k = c; k < end; k++) {
-      from_spec |= strncmp(cases[k].source, "SPEC", 4) == 0;
+      from_spec |= strncmp(cases[k].source, "ex. ", 4) == 0;
       if (want_f32) check_case(&cases[k], ctx, cpu, BK_F32, &r32);
       if (want_f64) check_case(&cases[k], ctx, cpu, BK_F64, &r64);
     }

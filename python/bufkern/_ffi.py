@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 import threading
 from ctypes import (
     CFUNCTYPE,
@@ -302,26 +303,45 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 _LIB_NAMES = ("libbufkern.so", "libbufkern.dylib", "bufkern.dll")
 
 
+def _package_dirs():
+    """The package's directories: where this file is, then any other entry of the
+    package's ``__path__`` (an editable install serves the sources from the checkout
+    and the built library from site-packages)."""
+    dirs = [_PACKAGE_DIR]
+    package = sys.modules.get(__package__ or "")
+    for entry in getattr(package, "__path__", ()):
+        path = Path(entry).resolve()
+        if path not in dirs:
+            dirs.append(path)
+    return dirs
+
+
 def candidate_paths():
     """Where the library is looked for, in order, as (origin, path) pairs.
 
     1. ``BUFKERN_LIBRARY`` (a path to the shared library): when set, it is the
        only candidate, so a wrong value is reported instead of silently
        replaced by another copy.
-    2. A copy inside the package directory.
-    3. ``build/libbufkern.so`` of the repository, for a checkout used in place
-       (run from the tree, or installed in develop/editable mode).
-    4. ``ctypes.util.find_library("bufkern")`` (the system search path).
+    2. The package directory, where ``pip install ./python`` puts the library
+       it builds (``bufkern/libbufkern.so``).
+    3. ``build/libbufkern.so`` of the repository, only when the package is the
+       one inside a checkout (``python/bufkern`` next to ``include/bufkern.h``)
+       and is used from there, e.g. with ``PYTHONPATH=python`` after
+       ``make build``.
+    4. ``ctypes.util.find_library("bufkern")``: a library installed into the
+       system's search path (``cmake --install``).
     """
     env = os.environ.get("BUFKERN_LIBRARY")
     if env:
         return [("BUFKERN_LIBRARY", env)]
     found = []
-    for name in _LIB_NAMES:
-        found.append(("package directory", str(_PACKAGE_DIR / name)))
-    repo_build = _PACKAGE_DIR.parent.parent / "build"
-    for name in _LIB_NAMES:
-        found.append(("repository build directory", str(repo_build / name)))
+    for directory in _package_dirs():
+        for name in _LIB_NAMES:
+            found.append(("package directory", str(directory / name)))
+    checkout = _PACKAGE_DIR.parent.parent
+    if (checkout / "include" / "bufkern.h").is_file():
+        for name in _LIB_NAMES:
+            found.append(("repository build directory", str(checkout / "build" / name)))
     system = ctypes.util.find_library("bufkern")
     found.append(("ctypes.util.find_library('bufkern')", system))
     return found
@@ -377,9 +397,9 @@ def load():
             _lib, _lib_path = lib, path
             return _lib
         hint = (
-            "Set BUFKERN_LIBRARY to the path of libbufkern.so (e.g. "
-            "BUFKERN_LIBRARY=$PWD/build/libbufkern.so after `make build`), "
-            "or copy the library into the bufkern package directory."
+            "`pip install ./python` from the repository builds the library into "
+            "the package; to use another copy, set BUFKERN_LIBRARY to its path "
+            "(e.g. BUFKERN_LIBRARY=$PWD/build/libbufkern.so after `make build`)."
         )
         if explicit:
             hint = "BUFKERN_LIBRARY is set, so no other location was tried."

@@ -1,7 +1,7 @@
 """float64 numpy references for every primitive, and the contract's tolerances.
 
-Each reference follows the formulas of /work/shared/SPEC.md (include/bufkern.h)
-literally, on float64 data, so the tests compare the library against the
+Each reference follows the formulas of include/bufkern.h (with the worked
+examples and accuracy rules of docs/CONTRACT.md) literally, on float64 data, so the tests compare the library against the
 contract rather than against another implementation of the same kernels.
 """
 

@@ -2,7 +2,7 @@
 dtypes, and a helper that puts numpy data on that device.
 
 Environment:
-  BUFKERN_LIBRARY       path to libbufkern.so (CI: build/libbufkern.so)
+  BUFKERN_LIBRARY       path to libbufkern.so (unset: the installed package's own copy)
   BK_TEST_DEVICE        cpu (default) or cuda:N: the device every primitive test runs on
   BK_TEST_REQUIRE_TORCH 1: a missing torch is a failure, not a skip
 """

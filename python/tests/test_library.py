@@ -34,16 +34,23 @@ def test_candidate_paths_order(monkeypatch):
     monkeypatch.setenv("BUFKERN_LIBRARY", "/some/where/libbufkern.so")
     assert _ffi.candidate_paths() == [("BUFKERN_LIBRARY", "/some/where/libbufkern.so")]
     monkeypatch.delenv("BUFKERN_LIBRARY")
-    origins = [origin for origin, _ in _ffi.candidate_paths()]
-    first = {o: origins.index(o) for o in reversed(origins)}
-    assert first["package directory"] < first["repository build directory"]
-    assert first["repository build directory"] < first["ctypes.util.find_library('bufkern')"]
-    repo_paths = [p for o, p in _ffi.candidate_paths() if o == "repository build directory"]
+    candidates = _ffi.candidate_paths()
+    origins = [origin for origin, _ in candidates]
     pkg = os.path.dirname(os.path.abspath(bufkern.__file__))
-    assert repo_paths[0] == os.path.join(os.path.dirname(os.path.dirname(pkg)), "build", "libbufkern.so")
+    assert candidates[0] == ("package directory", os.path.join(pkg, "libbufkern.so"))
+    assert origins[-1] == "ctypes.util.find_library('bufkern')"
+    checkout = os.path.dirname(os.path.dirname(pkg))
+    repo_paths = [p for o, p in candidates if o == "repository build directory"]
+    if os.path.isfile(os.path.join(checkout, "include", "bufkern.h")):
+        # The package inside a checkout: the checkout's build directory after the package's.
+        assert origins.index("package directory") < origins.index("repository build directory")
+        assert repo_paths[0] == os.path.join(checkout, "build", "libbufkern.so")
+    else:
+        # An installed package never looks next to site-packages for a build directory.
+        assert repo_paths == []
 
 
-def _run_python(code, **env_changes):
+def _run_python_args(args, **env_changes):
     env = dict(os.environ)
     # The child imports the same bufkern package as this process.
     pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(bufkern.__file__)))
@@ -53,8 +60,12 @@ def _run_python(code, **env_changes):
             env.pop(k, None)
         else:
             env[k] = v
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def _run_python(code, **env_changes):
+    return _run_python_args(["-c", textwrap.dedent(code)], **env_changes)
 
 
 def test_missing_library_is_a_clear_error_at_first_use():
@@ -81,7 +92,29 @@ def test_library_path_is_the_one_requested():
         assert r.stdout.strip() == os.environ["BUFKERN_LIBRARY"]
 
 
-# ---- errors ---------------------------------------------------------------------
+def test_installed_package_loads_its_own_library():
+    # `pip install ./python` puts the library into the package: with no override, an
+    # installed package (one outside a checkout) loads that copy and no other.
+    pkg = os.path.dirname(os.path.abspath(bufkern.__file__))
+    if os.environ.get("BUFKERN_LIBRARY") or os.path.isfile(
+        os.path.join(os.path.dirname(os.path.dirname(pkg)), "include", "bufkern.h")
+    ):
+        pytest.skip("the package is used from the checkout or BUFKERN_LIBRARY overrides it")
+    r = _run_python("import bufkern; print(bufkern.library_path())", BUFKERN_LIBRARY=None)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == os.path.join(pkg, "libbufkern.so")
+
+
+def test_module_info_names_the_library_and_its_build():
+    r = _run_python_args(["-m", "bufkern", "info"])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"bufkern {bufkern.version()}"
+    assert f"library: {bufkern.library_path()}" in lines
+    assert f"backends: {bufkern.build_info()['backends']}" in lines
+    assert f"cuda devices: {bufkern.cuda_device_count()}" in lines
+    bad = _run_python_args(["-m", "bufkern", "infox"])
+    assert bad.returncode == 2 and "unknown command infox" in bad.stderr
 
 
 def test_error_carries_status_name_and_message(put):
