@@ -240,7 +240,7 @@ bk_status bk__nccl_unique_id(const char *fn, char *hex);
  * hex text (malformed text is BK_ERR_INVALID_ARGUMENT). */
 bk_status bk__nccl_init_rank(const char *fn, int dev, int rank, int world, const char *hex,
                              void **comm);
-/* Finalizes (as one group) and destroys comms[0..n) on devices devs[0..n). */
+/* Destroys comms[0..n) on devices devs[0..n), whose work has completed. */
 void bk__nccl_destroy(const int *devs, int n, void *const *comms);
 /* One collective over the local ranks 0..n-1, issued as one NCCL group:
  * rank i's operation on ctxs[i]'s stream from send[i] to recv[i]. count is

@@ -76,15 +76,9 @@ extern "C" bk_status bk__nccl_init_rank(const char *fn, int dev, int rank, int w
 }
 
 extern "C" void bk__nccl_destroy(const int *devs, int n, void *const *comms) {
-  /* Finalizing is collective over the ranks of this process: one thread
-   * holding several must finalize them as one group, or the first waits
-   * for the others forever. Destroying afterwards is local. */
-  (void)ncclGroupStart();
-  for (int i = 0; i < n; i++) {
-    (void)cudaSetDevice(devs[i]);
-    (void)ncclCommFinalize((ncclComm_t)comms[i]);
-  }
-  (void)ncclGroupEnd();
+  /* The caller has waited for every rank's stream, so nothing is in
+   * flight; destroying one communicator after another from one thread is
+   * the sequence NCCL documents for one process over several GPUs. */
   for (int i = 0; i < n; i++) {
     (void)cudaSetDevice(devs[i]);
     (void)ncclCommDestroy((ncclComm_t)comms[i]);

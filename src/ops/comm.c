@@ -72,6 +72,16 @@ static void comm_free(bk_comm *c) {
   for (int i = 0; i < c->n; i++) bk__context_release(c->ctx[i]);
   bk__host_free(c);
 }
+
+/* Hands out a shell whose NCCL initialization returned st, or frees it. */
+static bk_status comm_finish(bk_comm *c, bk_status st, bk_comm **out) {
+  if (st != BK_OK) {
+    comm_free(c);
+    return st;
+  }
+  *out = c;
+  return BK_OK;
+}
 #endif
 
 bk_status bk_comm_create(bk_context *const *ctxs, int n, bk_comm **out) {
@@ -99,13 +109,7 @@ bk_status bk_comm_create(bk_context *const *ctxs, int n, bk_comm **out) {
   bk_comm *c = NULL;
   bk_status st = comm_new(fn, ctxs, n, n, 0, &c);
   if (st != BK_OK) return st;
-  st = bk__nccl_init_all(fn, c->dev, n, c->nccl);
-  if (st != BK_OK) {
-    comm_free(c);
-    return st;
-  }
-  *out = c;
-  return BK_OK;
+  return comm_finish(c, bk__nccl_init_all(fn, c->dev, n, c->nccl), out);
 #else
   return no_nccl(fn);
 #endif
@@ -215,13 +219,8 @@ bk_status bk_comm_create_rank(bk_context *ctx, int rank, int world_size, const c
   bk_comm *c = NULL;
   st = comm_new(fn, &ctx, 1, world_size, rank, &c);
   if (st != BK_OK) return st;
-  st = bk__nccl_init_rank(fn, c->dev[0], rank, world_size, hex, &c->nccl[0]);
-  if (st != BK_OK) {
-    comm_free(c);
-    return st;
-  }
-  *out = c;
-  return BK_OK;
+  return comm_finish(c, bk__nccl_init_rank(fn, c->dev[0], rank, world_size, hex, &c->nccl[0]),
+                     out);
 #else
   return no_nccl(fn);
 #endif
@@ -265,7 +264,7 @@ void bk_comm_destroy(bk_comm **comm) {
   *comm = NULL;
 #ifdef BK_HAVE_NCCL
   /* Queued collectives finish first: their outputs may still be read. */
-  for (int i = 0; i < c->n; i++) (void)bk_context_synchronize(c->ctx[i]);
+  for (int i = 0; i < c->n; i++) (void)c->ctx[i]->backend->context_synchronize(c->ctx[i]);
   bk__nccl_destroy(c->dev, c->n, c->nccl);
   comm_free(c);
 #else
