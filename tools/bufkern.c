@@ -583,6 +583,8 @@ static bk_status train_dp(const demo_opts *o, int gpus, double *loss, double *ms
       EX_TRY(ex_block_backward(ctx[i], model[i], one[i], &dx[i]));
     }
     for (int k = 0; k < model[0]->n_params; k++) {
+      /* The replicas run the same blocks, so they hold gradients for the
+       * same parameters: rank 0's tells for all. */
       if (!model[0]->param[k]->grad) continue;
       for (int i = 0; i < gpus; i++) grad[i] = model[i]->param[k]->grad;
       EX_TRY(bk_comm_all_reduce(comm, BK_REDUCE_SUM, grad, sum));
