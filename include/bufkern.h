@@ -303,6 +303,13 @@ BK_API BK_NODISCARD bk_status bk_buffer_to_host(bk_context *ctx, const bk_buffer
 /* A new buffer on dst_ctx's device with a copy of src, which may be on any
  * device (CPU to GPU, GPU to CPU, GPU to GPU). dst_ctx NULL means the
  * thread's default CPU context. A copy from a GPU to the CPU synchronizes.
+ * A copy between two different GPUs does not: it is queued on dst_ctx's
+ * stream after the work already queued on the stream of the context that
+ * made src (an event, no host wait), and that stream's later work waits for
+ * the copy, so src may be released at once. It runs device to device where
+ * the GPUs allow peer access (enabled for the pair on first use), else the
+ * CUDA driver stages it through host memory. Within one GPU the copy is
+ * queued on dst_ctx's stream as the stream rules above describe.
  * Returns BK_ERR_NULL, BK_ERR_OUT_OF_MEMORY, BK_ERR_DEVICE. */
 BK_API BK_NODISCARD bk_status bk_buffer_copy(bk_context *dst_ctx, const bk_buffer *src,
                                              bk_buffer **out);
@@ -773,6 +780,172 @@ BK_API BK_NODISCARD bk_status bk_rows_scatter_add(bk_context *ctx, const bk_buff
                                                   const bk_buffer *values, int64_t rows,
                                                   int64_t cols, const uint64_t *indices,
                                                   int64_t k, bk_buffer **out);
+
+/* ------------------------------------------------------------------------ */
+/* Communicators: collectives across GPUs (NCCL)                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A communicator joins CUDA contexts on distinct GPUs, in one process or
+ * across processes, for collectives over NCCL. The communicator has
+ * world_size ranks; the ranks of this process are its local ranks, numbered
+ * 0..local_count-1 in this process (one process over n GPUs: n local ranks,
+ * global rank i is local rank i; one process per GPU: one local rank).
+ *
+ * Collectives take one input buffer per local rank, in[i] on the device of
+ * local rank i, and return one new buffer per local rank, out[i] made on
+ * local rank i's context and queued on its stream (like every primitive:
+ * out-of-place; inputs are never written). An input made on another context
+ * of the same GPU needs no synchronization either: the collective waits for
+ * the work queued on that context's stream (an event), and that stream's
+ * later work waits for the collective, so inputs may be released at once.
+ * DLPack imports carry no stream: they must be complete before the call. The
+ * calls return without waiting for the transfer; results are read like any
+ * buffer. In one process
+ * the ranks' operations are issued as one NCCL group, so one thread drives
+ * every GPU. Across processes every rank must make the same collective calls
+ * in the same order with equal lengths and dtypes: NCCL cannot check what the
+ * other processes pass, and a mismatch there is undefined (typically a hang
+ * or BK_ERR_DEVICE); within one process the library checks it
+ * (BK_ERR_INVALID_ARGUMENT for lengths, BK_ERR_DTYPE for dtypes).
+ *
+ * Statuses shared by every comm function: BK_ERR_UNSUPPORTED when the build
+ * has no CUDA backend or no NCCL (every creation then fails this way, after
+ * its argument checks, so no communicator can exist); BK_ERR_NULL for a NULL communicator, array or entry;
+ * BK_ERR_DTYPE for dtypes other than f32/f64 or mismatched dtypes;
+ * BK_ERR_DEVICE_MISMATCH for a buffer not on its local rank's device (a
+ * buffer of a device outside the communicator included);
+ * BK_ERR_OUT_OF_MEMORY; BK_ERR_DEVICE for an NCCL or CUDA failure, with
+ * NCCL's text (ncclGetErrorString and ncclGetLastError) in bk_last_error().
+ * On failure every out[i] is NULL and nothing leaks.
+ *
+ * Determinism: NCCL sums in an order fixed by its algorithm, protocol and
+ * channel count, which it chooses from the world size, the device topology,
+ * the message size and its environment. For a fixed world size, topology,
+ * NCCL version and NCCL environment the results are bitwise repeatable run
+ * to run; a one-rank communicator returns copies of its inputs. The library
+ * does not change NCCL's environment; to pin the order independently of
+ * NCCL's tuning set NCCL_ALGO=Ring and NCCL_PROTO=Simple before the first
+ * communicator is made. Max is exact, so it is order independent.
+ *
+ * Thread safety: a communicator is used by one thread at a time, like its
+ * contexts.
+ */
+typedef struct bk_comm bk_comm;
+
+/* Reductions of the collectives. */
+typedef enum bk_reduce_op { BK_REDUCE_SUM = 0, BK_REDUCE_MAX = 1 } bk_reduce_op;
+
+/* Environment variables read by bk_comm_create_from_env, as launchers such
+ * as torchrun set them. */
+#define BK_ENV_RANK "BK_RANK"
+#define BK_ENV_WORLD_SIZE "BK_WORLD_SIZE"
+#define BK_ENV_COMM_ID_FILE "BK_COMM_ID_FILE"
+
+/*
+ * A communicator over n >= 1 CUDA contexts of this process, one per GPU
+ * (ctxs[i] becomes rank i). The communicator retains the contexts (they may
+ * be destroyed by the caller at once) and queues its work on their streams.
+ * Synchronizes (NCCL's initialization waits for every rank). Returns
+ * BK_ERR_NULL (ctxs, an entry, out), BK_ERR_INVALID_ARGUMENT (n < 1, two
+ * contexts on one GPU: NCCL runs one rank per GPU), BK_ERR_UNSUPPORTED (a CPU
+ * context, or a build without NCCL), BK_ERR_DEVICE.
+ */
+BK_API BK_NODISCARD bk_status bk_comm_create(bk_context *const *ctxs, int n, bk_comm **out);
+
+/*
+ * One rank of a communicator spanning world_size processes (one GPU each),
+ * 0 <= rank < world_size. The ranks meet through id_file, a path every
+ * process can reach (a local or shared file system): rank 0 creates NCCL's
+ * unique id and writes it there (as hex text, atomically, by rename); every
+ * other rank waits up to 120 seconds for the file and reads it. The file must
+ * not exist when rank 0 starts (a file left by an earlier run would hand the
+ * other ranks a stale id): rank 0 then fails with BK_ERR_INVALID_ARGUMENT.
+ * The caller removes the file after the run. ctx is retained. Synchronizes
+ * (every rank waits for all of them). Returns BK_ERR_NULL (ctx, id_file,
+ * out), BK_ERR_INVALID_ARGUMENT (world_size < 1, rank outside [0,
+ * world_size), the file exists at rank 0, an unreadable or malformed file,
+ * the wait timed out), BK_ERR_UNSUPPORTED (a CPU context, a build without
+ * NCCL), BK_ERR_DEVICE.
+ */
+BK_API BK_NODISCARD bk_status bk_comm_create_rank(bk_context *ctx, int rank, int world_size,
+                                                  const char *id_file, bk_comm **out);
+
+/*
+ * bk_comm_create_rank with rank, world_size and id_file read from the
+ * environment variables BK_RANK, BK_WORLD_SIZE and BK_COMM_ID_FILE (decimal
+ * integers and a path). A missing or malformed variable is
+ * BK_ERR_INVALID_ARGUMENT naming it; otherwise the statuses of
+ * bk_comm_create_rank.
+ */
+BK_API BK_NODISCARD bk_status bk_comm_create_from_env(bk_context *ctx, bk_comm **out);
+
+/*
+ * Destroys *comm and sets *comm to NULL, so a later call through the same
+ * handle is BK_ERR_NULL rather than a use of freed memory (copies of the
+ * pointer made by the caller become invalid: using them is undefined). Waits
+ * for the communicator's queued work on every local rank's stream first, then
+ * releases its contexts. comm NULL or *comm NULL is a no-op. Across processes
+ * every rank destroys its communicator.
+ */
+BK_API void bk_comm_destroy(bk_comm **comm);
+
+/* Number of ranks of the communicator (all processes); 0 for NULL. */
+BK_API int bk_comm_world_size(const bk_comm *comm);
+/* Number of local ranks (this process's contexts); 0 for NULL. */
+BK_API int bk_comm_local_count(const bk_comm *comm);
+/* The global rank of local rank 0 (0 for a one-process communicator; the
+ * process's rank for a one-rank-per-process one); -1 for NULL. */
+BK_API int bk_comm_rank(const bk_comm *comm);
+
+/*
+ * The local rank of a context: *local = i when ctx is local rank i's context
+ * or another context on the same GPU. Returns BK_ERR_NULL, and
+ * BK_ERR_INVALID_ARGUMENT when ctx's device is not one of the communicator's
+ * (a context not in the communicator; *local is then -1).
+ */
+BK_API BK_NODISCARD bk_status bk_comm_local_rank(const bk_comm *comm, const bk_context *ctx,
+                                                 int *local);
+
+/*
+ * All-reduce: every in[i] has the same length L and dtype on every rank;
+ * out[i] (length L) holds the element-wise sum or max over all ranks' inputs,
+ * identical on every rank. in and out have bk_comm_local_count(comm)
+ * entries. Returns the shared statuses and BK_ERR_INVALID_ARGUMENT (op not a
+ * bk_reduce_op, lengths differ between local ranks).
+ */
+BK_API BK_NODISCARD bk_status bk_comm_all_reduce(bk_comm *comm, bk_reduce_op op,
+                                                 const bk_buffer *const *in, bk_buffer **out);
+
+/*
+ * All-gather: every in[i] has length L; out[i] (world_size * L) holds rank
+ * r's input in elements [r*L, (r+1)*L), identical on every rank. Returns the
+ * shared statuses and BK_ERR_INVALID_ARGUMENT (lengths differ between local
+ * ranks, world_size * L overflows).
+ */
+BK_API BK_NODISCARD bk_status bk_comm_all_gather(bk_comm *comm, const bk_buffer *const *in,
+                                                 bk_buffer **out);
+
+/*
+ * Reduce-scatter: every in[i] has length world_size * L; out[i] on global
+ * rank r (length L) holds elements [r*L, (r+1)*L) of the element-wise sum or
+ * max over all ranks' inputs. Returns the shared statuses and
+ * BK_ERR_INVALID_ARGUMENT (op, lengths differ between local ranks, a length
+ * not a multiple of world_size).
+ */
+BK_API BK_NODISCARD bk_status bk_comm_reduce_scatter(bk_comm *comm, bk_reduce_op op,
+                                                     const bk_buffer *const *in,
+                                                     bk_buffer **out);
+
+/*
+ * Broadcast: out[i] on every rank is a copy of global rank root's input.
+ * Every rank passes an input of the root's length and dtype (so that every
+ * rank knows the message size); only the root's values are read. Returns the
+ * shared statuses and BK_ERR_INVALID_ARGUMENT (root outside [0, world_size),
+ * lengths differ between local ranks).
+ */
+BK_API BK_NODISCARD bk_status bk_comm_broadcast(bk_comm *comm, int root,
+                                                const bk_buffer *const *in, bk_buffer **out);
 
 #ifdef __cplusplus
 }

@@ -95,6 +95,17 @@ typedef struct bk_backend {
   /* device dst <- zero bytes, bytes > 0. */
   bk_status (*mem_zero)(bk_context *ctx, const char *fn, void *dst, size_t bytes);
 
+  /* ---- ordering and copies between contexts (CUDA; NULL on the CPU) ------ */
+  /* Later work queued on `waiter` waits for the work queued on `producer` so
+   * far, through an event: no host wait. The two may be on different
+   * devices of this backend. */
+  bk_status (*stream_wait)(bk_context *waiter, bk_context *producer);
+  /* dst on dst_ctx's device <- src on device src_device (another device of
+   * this backend), queued on dst_ctx's stream; bytes > 0. The caller orders
+   * it against the stream that made src with stream_wait. */
+  bk_status (*mem_copy_peer)(bk_context *dst_ctx, void *dst, int src_device, const void *src,
+                             size_t bytes);
+
   /* ---- 3.1 softmax ------------------------------------------------------ */
   /* x, y (outer, n, inner): softmax along the middle axis; n >= 1. */
   bk_status (*softmax)(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
@@ -213,6 +224,41 @@ int bk__cuda_device_count(void);
  * `bufkern info`. Returns BK_ERR_NO_DEVICE for a bad index. */
 bk_status bk__cuda_device_info(int index, char *name, size_t name_cap, size_t *total_bytes,
                                int *cc_major, int *cc_minor);
+#endif
+
+/* ---- the NCCL layer (src/cuda/comm.cu) ------------------------------------ */
+
+/* The collectives, in the order of the public functions. */
+typedef enum bk_coll_kind {
+  BK_COLL_ALL_REDUCE = 0,
+  BK_COLL_ALL_GATHER = 1,
+  BK_COLL_REDUCE_SCATTER = 2,
+  BK_COLL_BROADCAST = 3
+} bk_coll_kind;
+
+/* Text length of a unique id: two hex digits a byte, and the NUL. */
+#define BK_NCCL_ID_HEX 257
+
+#ifdef BK_HAVE_NCCL
+/* n communicators of one process over the CUDA devices devs[0..n), distinct;
+ * comms[i] receives rank i's ncclComm_t. */
+bk_status bk__nccl_init_all(const char *fn, const int *devs, int n, void **comms);
+/* A new NCCL unique id as hex text (hex has BK_NCCL_ID_HEX chars). */
+bk_status bk__nccl_unique_id(const char *fn, char *hex);
+/* One rank of a world of `world` ranks on CUDA device dev, from the id's
+ * hex text (malformed text is BK_ERR_INVALID_ARGUMENT). */
+bk_status bk__nccl_init_rank(const char *fn, int dev, int rank, int world, const char *hex,
+                             void **comm);
+/* Destroys comms[0..n) on devices devs[0..n), whose work has completed. */
+void bk__nccl_destroy(const int *devs, int n, void *const *comms);
+/* One collective over the local ranks 0..n-1, issued as one NCCL group:
+ * rank i's operation on ctxs[i]'s stream from send[i] to recv[i]. count is
+ * the element count NCCL takes (the per-rank block for all-gather and
+ * reduce-scatter, the whole buffer otherwise); op is a bk_reduce_op, root a
+ * global rank. */
+bk_status bk__nccl_collective(const char *fn, bk_coll_kind kind, bk_reduce_op op, int root,
+                              int n, void *const *comms, bk_context *const *ctxs, bk_dtype dt,
+                              const void *const *send, void *const *recv, size_t count);
 #endif
 
 /* The table for a device kind, or NULL when this build has none. */

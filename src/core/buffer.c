@@ -216,6 +216,17 @@ bk_status bk_buffer_copy(bk_context *dst_ctx, const bk_buffer *src, bk_buffer **
     st = dbe->mem_copy(dst_ctx, fn, b->data, src->data, bytes);
   } else if (src->device.kind == BK_DEVICE_CPU) {
     st = dbe->mem_upload(dst_ctx, fn, b->data, src->data, bytes);
+  } else if (src->device.kind == dst_ctx->device.kind && dbe->mem_copy_peer) {
+    /* Between two GPUs, without a host wait: the copy on dst_ctx's stream
+     * waits for the work queued on the stream that made src, and that
+     * stream waits for the copy, so src's memory (freed on its own stream)
+     * outlives the read even when the caller releases src at once. */
+    bk_context *rc = NULL;
+    st = reader_ctx(fn, src, NULL, &rc);
+    if (st == BK_OK) st = dbe->stream_wait(dst_ctx, rc);
+    if (st == BK_OK)
+      st = dbe->mem_copy_peer(dst_ctx, b->data, (int)src->device.index, src->data, bytes);
+    if (st == BK_OK) st = dbe->stream_wait(rc, dst_ctx);
   } else {
     /* From a GPU: read it on its own context (ordered after the work that
      * made it), to host memory; then upload when the target is another GPU. */

@@ -24,6 +24,9 @@ static _Thread_local char bk_last_error_text[BK_ERROR_CAP];
 #ifndef BK_BUILD_OPENMP
 #define BK_BUILD_OPENMP "no"
 #endif
+#ifndef BK_BUILD_NCCL
+#define BK_BUILD_NCCL "no"
+#endif
 #ifndef BK_BUILD_TYPE
 #define BK_BUILD_TYPE "unknown"
 #endif
@@ -60,5 +63,6 @@ const char *bk_build_info(void) {
          "backends: " BK_BUILD_BACKENDS "\n"
          "blas: " BK_BUILD_BLAS "\n"
          "openmp: " BK_BUILD_OPENMP "\n"
+         "nccl: " BK_BUILD_NCCL "\n"
          "build: " BK_BUILD_TYPE "\n";
 }

@@ -509,6 +509,45 @@ static bk_status cuda_mem_zero(bk_context *ctx, const char *fn, void *dst, size_
   return BK_OK;
 }
 
+/* ---- ordering and copies between contexts ---------------------------------- */
+
+/* One event recorded on the producer's stream and waited on by the waiter's:
+ * the host never waits. The event is destroyed at once; CUDA keeps it alive
+ * until the wait has been resolved. */
+static bk_status cuda_stream_wait(bk_context *waiter, bk_context *producer) {
+  static const char fn[] = "bufkern";
+  bk_cuda_ctx *w = bk_cu(waiter), *p = bk_cu(producer);
+  if (w->stream == p->stream && w->device == p->device) return BK_OK;
+  BK_CUDA_TRY(enter(p), fn, "cudaSetDevice");
+  cudaEvent_t ev;
+  BK_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), fn, "cudaEventCreate");
+  cudaError_t err = cudaEventRecord(ev, p->stream);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(w->stream, ev, 0);
+  (void)cudaEventDestroy(ev);
+  return bk__cuda_status(err, fn, "cudaEventRecord / cudaStreamWaitEvent");
+}
+
+/* A copy between two GPUs on the destination's stream. Peer access from the
+ * destination to the source is enabled on first use where the devices allow
+ * it, so the copy engines move the data directly over NVLink or PCIe; where
+ * they do not, cudaMemcpyPeerAsync stages through host memory itself. */
+static bk_status cuda_mem_copy_peer(bk_context *dst_ctx, void *dst, int src_device,
+                                    const void *src, size_t bytes) {
+  static const char fn[] = "bk_buffer_copy";
+  bk_cuda_ctx *c = bk_cu(dst_ctx);
+  BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
+  int can = 0;
+  if (cudaDeviceCanAccessPeer(&can, c->device, src_device) == cudaSuccess && can) {
+    /* Already enabled (an earlier copy, or the caller) is the usual answer;
+     * any refusal leaves the staged path, so the result is not an error. */
+    (void)cudaDeviceEnablePeerAccess(src_device, 0);
+  }
+  (void)cudaGetLastError();
+  BK_CUDA_TRY(cudaMemcpyPeerAsync(dst, c->device, src, src_device, bytes, c->stream), fn,
+              "cudaMemcpyPeerAsync");
+  return BK_OK;
+}
+
 /* ---- the table ------------------------------------------------------------ */
 
 static bk_backend make_cuda_backend(void) {
@@ -526,6 +565,8 @@ static bk_backend make_cuda_backend(void) {
   b.mem_download = cuda_mem_download;
   b.mem_copy = cuda_mem_copy;
   b.mem_zero = cuda_mem_zero;
+  b.stream_wait = cuda_stream_wait;
+  b.mem_copy_peer = cuda_mem_copy_peer;
   b.softmax = bk__cuda_softmax;
   b.xent_weighted_mean = bk__cuda_xent_weighted_mean;
   b.xent_teacher = bk__cuda_xent_teacher;
