@@ -544,7 +544,7 @@ done:
 }
 
 /* Mean of loss[from, to). */
-static double mean_of(const double *loss, int from, int to) {
+double mean_of(const double *loss, int from, int to) {
   double acc = 0.0;
   for (int i = from; i < to; i++) acc += loss[i];
   return to > from ? acc / (to - from) : NAN;

@@ -23,6 +23,9 @@ demo_batches *demo_batches_create(void);
 void demo_batches_next(demo_batches *b, double *x, double *teacher, double *labels);
 void demo_batches_destroy(demo_batches *b);
 
+/* Mean of loss[from, to); NaN when the range is empty. */
+double mean_of(const double *loss, int from, int to);
+
 /* `bufkern demo --graph`: trains the capture-safe model eagerly, then
  * records one training step into a CUDA graph and replays it on the same
  * batches. Returns the command's exit status (0, 1, or 2 without a CUDA

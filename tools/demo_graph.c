@@ -65,7 +65,6 @@ int bk_tool_demo_graph(bk_device device, bk_dtype dtype, int steps, double lr) {
 #include <cuda_runtime.h>
 #include <dlpack/dlpack.h>
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -271,48 +270,19 @@ static void run_report(const graph_run *r, bk_status st, const char *stage) {
     cli_report(st, stage);
 }
 
-/* Trains a fresh net eagerly, step by step; loss[] gets every step's loss
- * and *ms the mean time of a step after the first (feed, step, loss read). */
-static bk_status run_eager(graph_run *r, double *loss, double *ms) {
-  graph_net g;
-  bk_buffer *L = NULL;
-  demo_batches *batches = demo_batches_create();
-  bk_status st = batches ? BK_OK : BK_ERR_OUT_OF_MEMORY;
-  double busy = 0.0;
-  if (st != BK_OK) return st;
-  st = net_create(r->ctx, r->s, &r->note, r->dtype, &g);
-  if (st != BK_OK) {
-    demo_batches_destroy(batches);
-    return st;
-  }
-  for (int step = 0; step < r->steps; step++) {
-    demo_batches_next(batches, g.hx, g.ht, g.hl);
-    const double t0 = cli_now();
-    EX_TRY(net_feed(&g, r->s, &r->note));
-    EX_TRY(net_step(r->ctx, r->s, &r->note, &g, r->lr, &L));
-    EX_TRY(ex_to_doubles(r->ctx, L, &loss[step], 1));
-    if (step > 0) busy += cli_now() - t0;
-    EX_RELEASE(&L);
-  }
-  *ms = r->steps > 1 ? 1e3 * busy / (r->steps - 1) : NAN;
-done:
-  EX_RELEASE(&L);
-  net_destroy(&g);
-  demo_batches_destroy(batches);
-  return st;
-}
-
-/* Captures one step of a fresh net (built like the eager one) and replays
- * it on the same batches; loss[] and *ms as for run_eager, *nodes the
- * graph's node count. */
-static bk_status run_graph(graph_run *r, double *loss, double *ms, size_t *nodes) {
+/* Trains a fresh net on the demo's batches, eagerly (replayed == 0) or by
+ * capturing one step and replaying it (then *nodes is the graph's node
+ * count); loss[] gets every step's loss and *ms the mean time of a step
+ * after the first: the batch upload, the step or replay, the loss read.
+ * The two runs build their nets alike and feed them the same batches. */
+static bk_status train_run(graph_run *r, int replayed, double *loss, double *ms,
+                           size_t *nodes) {
   graph_net g;
   bk_buffer *L = NULL;
   cudaGraph_t graph = NULL;
   cudaGraphExec_t exec = NULL;
   demo_batches *batches = demo_batches_create();
   bk_status st = batches ? BK_OK : BK_ERR_OUT_OF_MEMORY;
-  bk_status captured = BK_OK;
   double busy = 0.0;
   *nodes = 0;
   if (st != BK_OK) return st;
@@ -321,26 +291,34 @@ static bk_status run_graph(graph_run *r, double *loss, double *ms, size_t *nodes
     demo_batches_destroy(batches);
     return st;
   }
-  /* The parameters' copies into owned memory finish before the capture. */
-  CU_TRY(&r->note, cudaStreamSynchronize(r->s));
-  CU_TRY(&r->note, cudaStreamBeginCapture(r->s, cudaStreamCaptureModeGlobal));
-  captured = net_step(r->ctx, r->s, &r->note, &g, r->lr, &L);
-  /* The capture ends whatever the step returned, so the stream is usable. */
-  st = cu_check(&r->note, cudaStreamEndCapture(r->s, &graph), "cudaStreamEndCapture");
-  if (captured != BK_OK) st = captured;
-  if (st != BK_OK) goto done;
-  CU_TRY(&r->note, cudaGraphGetNodes(graph, NULL, nodes));
-  CU_TRY(&r->note,
-         cudaGraphInstantiateWithFlags(&exec, graph, cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  if (replayed) {
+    /* The parameters' copies into owned memory finish before the capture. */
+    CU_TRY(&r->note, cudaStreamSynchronize(r->s));
+    CU_TRY(&r->note, cudaStreamBeginCapture(r->s, cudaStreamCaptureModeGlobal));
+    const bk_status captured = net_step(r->ctx, r->s, &r->note, &g, r->lr, &L);
+    /* The capture ends whatever the step returned, so the stream is usable. */
+    st = cu_check(&r->note, cudaStreamEndCapture(r->s, &graph), "cudaStreamEndCapture");
+    if (captured != BK_OK) st = captured;
+    if (st != BK_OK) goto done;
+    CU_TRY(&r->note, cudaGraphGetNodes(graph, NULL, nodes));
+    CU_TRY(&r->note, cudaGraphInstantiateWithFlags(&exec, graph,
+                                                   cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  }
   for (int step = 0; step < r->steps; step++) {
     demo_batches_next(batches, g.hx, g.ht, g.hl);
     const double t0 = cli_now();
     EX_TRY(net_feed(&g, r->s, &r->note));
-    CU_TRY(&r->note, cudaGraphLaunch(exec, r->s));
+    if (replayed)
+      CU_TRY(&r->note, cudaGraphLaunch(exec, r->s));
+    else
+      EX_TRY(net_step(r->ctx, r->s, &r->note, &g, r->lr, &L));
     EX_TRY(ex_to_doubles(r->ctx, L, &loss[step], 1));
     if (step > 0) busy += cli_now() - t0;
+    /* A replay writes the graph's loss buffer again; an eager step makes a
+     * new one. */
+    if (!replayed) EX_RELEASE(&L);
   }
-  *ms = r->steps > 1 ? 1e3 * busy / (r->steps - 1) : NAN;
+  *ms = 1e3 * busy / (r->steps - 1);
 done:
   /* The graph's kept buffers (the loss, the saved activations and the
    * gradients) are released after the last replay, on the stream they were
@@ -426,12 +404,6 @@ done:
 
 /* ---- the command ---------------------------------------------------------------------- */
 
-static double mean_of(const double *v, int from, int to) {
-  double acc = 0.0;
-  for (int i = from; i < to; i++) acc += v[i];
-  return to > from ? acc / (to - from) : NAN;
-}
-
 static int run_all(graph_run *r) {
   graph_table t = {.n = 0, .failed = 0};
   double *eager = malloc((size_t)r->steps * sizeof *eager);
@@ -451,13 +423,13 @@ static int run_all(graph_run *r) {
     stage = "the eager training run";
     printf("training %d steps eagerly ...\n", r->steps);
     fflush(stdout);
-    st = run_eager(r, eager, &eager_ms);
+    st = train_run(r, 0, eager, &eager_ms, &nodes);
   }
   if (st == BK_OK) {
     stage = "capturing and replaying the training step";
     printf("capturing one step and replaying it %d times ...\n", r->steps);
     fflush(stdout);
-    st = run_graph(r, replay, &replay_ms, &nodes);
+    st = train_run(r, 1, replay, &replay_ms, &nodes);
   }
   if (st != BK_OK) {
     run_report(r, st, stage);
