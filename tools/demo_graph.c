@@ -334,16 +334,18 @@ done:
 
 /* ---- checks of the capture-safe forms -------------------------------------------------- */
 
+enum { TABLE_ROWS = 8 };
+
 typedef struct graph_table {
-  char row[8][2][112];
+  char check[TABLE_ROWS][160], result[TABLE_ROWS][48];
   int n, failed;
 } graph_table;
 
 static void table_row(graph_table *t, const char *check, double err, double tol) {
   const int pass = err <= tol;
-  if (t->n < 8) {
-    snprintf(t->row[t->n][0], sizeof t->row[t->n][0], "%s (tol %.0e)", check, tol);
-    snprintf(t->row[t->n][1], sizeof t->row[t->n][1], "%.1e %s", err, pass ? "ok" : "FAILED");
+  if (t->n < TABLE_ROWS) {
+    snprintf(t->check[t->n], sizeof t->check[t->n], "%s (tol %.0e)", check, tol);
+    snprintf(t->result[t->n], sizeof t->result[t->n], "%.1e %s", err, pass ? "ok" : "FAILED");
     t->n++;
   }
   t->failed += !pass;
@@ -449,7 +451,7 @@ static int run_all(graph_run *r) {
   t.failed += (same != r->steps) + !falls;
 
   printf("\n| check | max error |\n|---|---|\n");
-  for (int i = 0; i < t.n; i++) printf("| %s | %s |\n", t.row[i][0], t.row[i][1]);
+  for (int i = 0; i < t.n; i++) printf("| %s | %s |\n", t.check[i], t.result[i]);
   printf("| training: mean loss of last %d steps < 0.9 x first %d | %.4f -> %.4f %s |\n", w, w,
          first, last, falls ? "ok" : "FAILED");
   if (same == r->steps)
