@@ -29,6 +29,13 @@
  * [0, 1], is converted back to float32. Rows whose scores overflowed
  * float32 thus get the softmax of their true scores instead of NaN.
  * Float64 data has nowhere wider to go and keeps its result.
+ *
+ * The capture-safe form (ex_block_set_capturable). bk_bmm_scaled reads its
+ * flag on the host, which a CUDA graph capture refuses, so the capture-safe
+ * block computes the scores as a plain bk_bmm followed by the scale (an
+ * (n, 1) x (1, 1) product, ex_scale) and has no replay: scores that leave
+ * the float32 range are not rescued, which the demo's small activations
+ * never come near.
  */
 #include "examples.h"
 
@@ -56,13 +63,20 @@ static void attention_drop_saved(ex_attention *a) {
 }
 
 /* P = causal softmax(q k^T * scale), replayed in float64 when the scores'
- * range-loss flag is set and the dtype is float32. */
+ * range-loss flag is set and the dtype is float32 (never in the
+ * capture-safe form, which has no flag). */
 static bk_status attention_probs(bk_context *ctx, ex_attention *a, bk_buffer **P) {
   const int64_t BH = a->B * a->H, T = a->T, dh = a->dh, n = BH * T * dh;
   bk_status st = BK_OK;
-  bk_buffer *S = NULL, *q64 = NULL, *k64 = NULL, *S64 = NULL, *P64 = NULL;
+  bk_buffer *S = NULL, *Ss = NULL, *q64 = NULL, *k64 = NULL, *S64 = NULL, *P64 = NULL;
   int lost = 0;
   *P = NULL;
+  if (a->base.capturable) {
+    EX_TRY(bk_bmm(ctx, a->q, a->k, BH, T, dh, T, 0, 1, &S));
+    EX_TRY(ex_scale(ctx, a->scale, S, BH * T * T, &Ss));
+    EX_TRY(bk_rows_masked_softmax(ctx, Ss, a->mask, BH * T, T, P));
+    goto done;
+  }
   EX_TRY(bk_bmm_scaled(ctx, a->q, a->k, BH, T, dh, T, 0, 1, a->scale, &S, &lost));
   if (!lost || a->base.dtype == BK_F64) {
     EX_TRY(bk_rows_masked_softmax(ctx, S, a->mask, BH * T, T, P));
@@ -77,7 +91,7 @@ static bk_status attention_probs(bk_context *ctx, ex_attention *a, bk_buffer **P
   EX_TRY(ex_convert(ctx, P64, BH * T * T, a->base.dtype, P));
   a->replays++;
 done:
-  EX_RELEASE(&S, &q64, &k64, &S64, &P64);
+  EX_RELEASE(&S, &Ss, &q64, &k64, &S64, &P64);
   return st;
 }
 

@@ -84,12 +84,16 @@ ex_param *ex_block_param(const ex_block *b, const char *name) {
   return NULL;
 }
 
+bk_status ex_sgd_next(bk_context *ctx, const ex_param *p, double lr, bk_buffer **next) {
+  return ex_axpby(ctx, 1.0, p->value, -lr, p->grad, p->n, next);
+}
+
 bk_status ex_sgd_step(bk_context *ctx, ex_block *b, double lr) {
   for (int i = 0; i < b->n_params; i++) {
     ex_param *p = b->param[i];
     if (!p->grad) continue;
     bk_buffer *next = NULL;
-    bk_status st = ex_axpby(ctx, 1.0, p->value, -lr, p->grad, p->n, &next);
+    bk_status st = ex_sgd_next(ctx, p, lr, &next);
     if (st != BK_OK) return st;
     bk_buffer_release(p->value);
     p->value = next;
@@ -207,6 +211,13 @@ static void chain_destroy(ex_block *b) {
 }
 
 static const ex_block_ops chain_ops = {chain_forward, chain_backward, chain_destroy};
+
+void ex_block_set_capturable(ex_block *b) {
+  b->capturable = 1;
+  if (b->ops != &chain_ops) return;
+  const ex_chain *c = (const ex_chain *)b;
+  for (int i = 0; i < c->n; i++) ex_block_set_capturable(c->child[i]);
+}
 
 bk_status ex_chain_create(const char *name, ex_block **children, int n, ex_block **out_block) {
   *out_block = NULL;

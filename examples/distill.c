@@ -91,6 +91,18 @@ bk_status ex_distill_set_targets(bk_context *ctx, ex_block *b, const double *tea
   return BK_OK;
 }
 
+bk_status ex_distill_use_targets(ex_block *b, bk_buffer *teacher, bk_buffer *weights) {
+  ex_distill *d = (ex_distill *)b;
+  const int64_t n = d->rows * d->cols;
+  if (!teacher || !weights || bk_buffer_length(teacher) != n || bk_buffer_length(weights) != n ||
+      bk_buffer_dtype(teacher) != b->dtype || bk_buffer_dtype(weights) != b->dtype)
+    return BK_ERR_INVALID_ARGUMENT;
+  EX_RELEASE(&d->teacher, &d->weights);
+  d->teacher = bk_buffer_retain(teacher);
+  d->weights = bk_buffer_retain(weights);
+  return BK_OK;
+}
+
 bk_status ex_distill_create(bk_context *ctx, bk_dtype dtype, int64_t rows, int64_t cols,
                             double hard_weight, ex_block **out_block) {
   bk_status st = BK_OK;

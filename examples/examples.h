@@ -15,7 +15,8 @@
  *   mamba.c      a Mamba-style block: depthwise causal convolution,
  *                token-dependent diagonal scan, sigmoid gate
  *   moe.c        a mixture of experts: top-k router, dispatch by gather,
- *                combine by scatter-add
+ *                combine by scatter-add (or, capture-safe, dense routing
+ *                on the device)
  *   spectral.c   an FNO-style spectral layer: rfft, per-mode complex
  *                weights, irfft; adjoints by the other transforms
  *   distill.c    a distillation loss: fixed-teacher cross-entropy plus a
@@ -162,6 +163,7 @@ struct ex_block {
   char name[48];
   bk_dtype dtype;
   int64_t in_len, out_len;
+  int capturable; /* set by ex_block_set_capturable */
   int n_params;
   ex_param *param[EX_MAX_PARAMS];
   ex_param own[EX_OWN_PARAMS];
@@ -170,6 +172,16 @@ struct ex_block {
 bk_status ex_block_forward(bk_context *ctx, ex_block *b, const bk_buffer *x, bk_buffer **y);
 bk_status ex_block_backward(bk_context *ctx, ex_block *b, const bk_buffer *dy, bk_buffer **dx);
 void ex_block_destroy(ex_block *b); /* NULL is a no-op */
+
+/* Switches a block, and every child of a chain, to its capture-safe form:
+ * one whose forward and backward make no call that a CUDA graph capture
+ * refuses (no host read-back, no bk_bmm_scaled), so that a whole training
+ * step can be recorded and replayed. Blocks whose calls are all capture-safe
+ * already (linear, Mamba-style, spectral, distillation) are unchanged;
+ * attention computes its scores by bk_bmm and a scale, without the
+ * range-loss replay, and the mixture of experts routes densely on the
+ * device. Takes effect at the next forward. */
+void ex_block_set_capturable(ex_block *b);
 
 /* Adds parameter `name` of n entries to a block's own list, taking over
  * *value (set to NULL, also on failure). */
@@ -196,6 +208,10 @@ ex_param *ex_block_param(const ex_block *b, const char *name);
 /* Plain SGD on every parameter: value = value - lr * grad, with ex_axpby. */
 bk_status ex_sgd_step(bk_context *ctx, ex_block *b, double lr);
 
+/* One parameter's SGD update as a new buffer, value - lr * grad, leaving
+ * the parameter as it is (for a caller who stores the update elsewhere). */
+bk_status ex_sgd_next(bk_context *ctx, const ex_param *p, double lr, bk_buffer **next);
+
 /* A linear layer y = x W + bias: x (rows, in), W (in, out), bias (out). */
 bk_status ex_linear_create(bk_context *ctx, bk_dtype dtype, int64_t rows, int64_t in,
                            int64_t out, uint64_t seed, ex_block **out_block);
@@ -212,7 +228,9 @@ bk_status ex_chain_create(const char *name, ex_block **children, int n, ex_block
  *   O = P v, heads merged; y = x + O Wo.
  * When the scores' range-loss flag is set and the dtype is float32, the
  * scores and the softmax are replayed in float64 (operands converted by a
- * host round trip) and P is converted back. */
+ * host round trip) and P is converted back.
+ * The capture-safe form (ex_block_set_capturable): S = (q k^T) / sqrt(D/H)
+ * by bk_bmm and ex_scale, no range-loss flag and no replay. */
 typedef struct ex_attention_cfg {
   int64_t batch, seq, dim, heads;
 } ex_attention_cfg;
@@ -236,7 +254,13 @@ bk_status ex_mamba_create(bk_context *ctx, bk_dtype dtype, const ex_mamba_cfg *c
 /* A mixture of `experts` two-layer SiLU experts (width `hidden`) over rows
  * tokens of width D, each token routed to its top_k experts:
  *   u = layernorm(x); r = u Wr; M = top-k mask of r; g = softmax of r over M;
- *   y = x + sum over selected e of g[e] * expert_e(u). */
+ *   y = x + sum over selected e of g[e] * expert_e(u).
+ * Routing is sparse: the mask is read on the host (one synchronization per
+ * forward) into index lists for bk_rows_gather and bk_rows_scatter_add. The
+ * capture-safe form (ex_block_set_capturable) routes densely on the device:
+ * every expert runs on every token and the combine weights each by its
+ * gate, exactly 0 for an unselected expert (the same mixture, X/k times the
+ * expert arithmetic). */
 typedef struct ex_moe_cfg {
   int64_t tokens, dim, experts, top_k, hidden;
 } ex_moe_cfg;
@@ -261,6 +285,12 @@ bk_status ex_distill_create(bk_context *ctx, bk_dtype dtype, int64_t rows, int64
                             double hard_weight, ex_block **out_block);
 bk_status ex_distill_set_targets(bk_context *ctx, ex_block *b, const double *teacher,
                                  const double *weights);
+/* The same with targets that are already buffers of rows*cols entries in
+ * the block's dtype and on its device, retained (not copied): a caller who
+ * fills the same buffers before each forward, such as a replayed CUDA
+ * graph's inputs, sets them once. Returns BK_ERR_INVALID_ARGUMENT when a
+ * length or dtype does not fit (the targets stay as they were). */
+bk_status ex_distill_use_targets(ex_block *b, bk_buffer *teacher, bk_buffer *weights);
 
 /* ---- checks (gradcheck.c) ------------------------------------------------------- */
 

@@ -23,8 +23,21 @@
  * each token's expert outputs in a fixed order (deterministic, no atomics),
  * straight onto the residual x.
  *
+ * Dense routing, the capture-safe form (ex_block_set_capturable). Building
+ * the index lists reads the mask on the host, which a CUDA graph capture
+ * cannot do. With dense routing the mask never leaves the device: every
+ * expert runs on every token (C = N, the dispatch is a broadcast of u to
+ * (X, N, D)), each slot is weighted by its gate g[token, expert], which is
+ * exactly 0 for an unselected expert, and the combine sums the X weighted
+ * outputs per token in expert order (bk_sum_axis) onto the residual. The
+ * result is the same mixture: an unselected expert contributes an exact
+ * zero. It costs X/k times the expert arithmetic of the sparse form and no
+ * host round trip.
+ *
  * Backward (dy given): the adjoint of scatter-add is a gather and the
- * adjoint of a gather is a scatter-add.
+ * adjoint of a gather is a scatter-add (with dense routing: the adjoint of
+ * the broadcast is the sum over experts, and the gate weights move between
+ * (N, X) and slot order (X, N) by a transpose both ways).
  *   dyw = dy[tokens]; dye = dyw * gw; dgw = rowwise <dyw, ye>;
  *   dg  = scatter-add of dgw into zeros (N*X, 1); dr = softmax VJP (0 on
  *   unselected experts; the top-k choice itself is piecewise constant);
@@ -92,6 +105,56 @@ static bk_status moe_route(bk_context *ctx, ex_moe *m, const bk_buffer *mask) {
   return BK_OK;
 }
 
+/* Rows of v (N, cols) in slot order (X*C, cols): the dispatch. */
+static bk_status moe_to_slots(bk_context *ctx, const ex_moe *m, const bk_buffer *v,
+                              int64_t cols, bk_buffer **out) {
+  if (!m->base.capturable)
+    return bk_rows_gather(ctx, v, m->N, cols, m->tokens, m->X * m->cap, out);
+  return bk_broadcast_to(ctx, v, (const int64_t[]){m->N, cols}, 2,
+                         (const int64_t[]){m->X, m->N, cols}, 3, (const int64_t[]){0, 1, 2}, out);
+}
+
+/* base (N, cols) plus the slot rows v (X*C, cols) summed onto their tokens:
+ * the combine, and the dispatch's adjoint. */
+static bk_status moe_from_slots(bk_context *ctx, const ex_moe *m, const bk_buffer *base,
+                                const bk_buffer *v, int64_t cols, bk_buffer **out) {
+  const int64_t N = m->N;
+  if (!m->base.capturable)
+    return bk_rows_scatter_add(ctx, base, v, N, cols, m->tokens, m->X * m->cap, out);
+  bk_status st = BK_OK;
+  bk_buffer *sum = NULL;
+  *out = NULL;
+  EX_TRY(bk_sum_axis(ctx, v, (const int64_t[]){m->X, N * cols}, 2, 0, &sum));
+  EX_TRY(ex_axpby(ctx, 1.0, base, 1.0, sum, N * cols, out));
+done:
+  EX_RELEASE(&sum);
+  return st;
+}
+
+/* Each slot's gate weight (X*C) from g (N, X). */
+static bk_status moe_gates_to_slots(bk_context *ctx, const ex_moe *m, const bk_buffer *g,
+                                    bk_buffer **out) {
+  if (!m->base.capturable)
+    return bk_rows_gather(ctx, g, m->N * m->X, 1, m->gates, m->X * m->cap, out);
+  return bk_swap_adjacent(ctx, g, (const int64_t[]){m->N, m->X}, 2, 0, out);
+}
+
+/* The adjoint: per-slot values (X*C) back to (N, X), 0 where no slot. */
+static bk_status moe_gates_from_slots(bk_context *ctx, const ex_moe *m, const bk_buffer *v,
+                                      bk_buffer **out) {
+  const int64_t NX = m->N * m->X;
+  if (m->base.capturable)
+    return bk_swap_adjacent(ctx, v, (const int64_t[]){m->X, m->N}, 2, 0, out);
+  bk_status st = BK_OK;
+  bk_buffer *zeros = NULL;
+  *out = NULL;
+  EX_TRY(bk_buffer_zeros(ctx, m->base.dtype, NX, &zeros));
+  EX_TRY(bk_rows_scatter_add(ctx, zeros, v, NX, 1, m->gates, m->X * m->cap, out));
+done:
+  EX_RELEASE(&zeros);
+  return st;
+}
+
 static bk_status moe_forward(bk_context *ctx, ex_block *b, const bk_buffer *x, bk_buffer **y) {
   ex_moe *m = (ex_moe *)b;
   const int64_t N = m->N, D = m->D, X = m->X, F = m->F;
@@ -106,20 +169,23 @@ static bk_status moe_forward(bk_context *ctx, ex_block *b, const bk_buffer *x, b
   EX_TRY(bk_bmm(ctx, m->u, b->param[W_R]->value, 1, N, D, X, 0, 0, &r));
   EX_TRY(bk_rows_topk_mask(ctx, r, N, X, m->k, &mask));
   EX_TRY(bk_rows_masked_softmax(ctx, r, mask, N, X, &m->g));
-  EX_TRY(moe_route(ctx, m, mask));
+  if (m->base.capturable)
+    m->cap = N;
+  else
+    EX_TRY(moe_route(ctx, m, mask));
   C = m->cap;
   slots = X * C;
 
   /* Dispatch, the experts as one batched product each layer, combine. */
-  EX_TRY(bk_rows_gather(ctx, m->u, N, D, m->tokens, slots, &m->xs));
+  EX_TRY(moe_to_slots(ctx, m, m->u, D, &m->xs));
   EX_TRY(bk_bmm(ctx, m->xs, b->param[W_1]->value, X, C, D, F, 0, 0, &a));
   EX_TRY(ex_sigmoid(ctx, a, slots * F, &m->s, &m->s_c));
   EX_TRY(ex_mul(ctx, a, m->s, slots * F, &m->f));
   EX_TRY(bk_bmm(ctx, m->f, b->param[W_2]->value, X, C, F, D, 0, 0, &m->ye));
-  EX_TRY(bk_rows_gather(ctx, m->g, N * X, 1, m->gates, slots, &gw));
+  EX_TRY(moe_gates_to_slots(ctx, m, m->g, &gw));
   EX_TRY(bk_broadcast_col(ctx, gw, slots, D, &m->gw_wide));
   EX_TRY(ex_mul(ctx, m->ye, m->gw_wide, slots * D, &yw));
-  EX_TRY(bk_rows_scatter_add(ctx, x, yw, N, D, m->tokens, slots, y));
+  EX_TRY(moe_from_slots(ctx, m, x, yw, D, y));
 done:
   EX_RELEASE(&r, &mask, &a, &gw, &yw);
   return st;
@@ -132,18 +198,17 @@ static bk_status moe_backward(bk_context *ctx, ex_block *b, const bk_buffer *dy,
   const bk_buffer *Wr = b->param[W_R]->value, *W1 = b->param[W_1]->value;
   const bk_buffer *W2 = b->param[W_2]->value;
   bk_status st = BK_OK;
-  bk_buffer *dyw = NULL, *dye = NULL, *dgw = NULL, *zeros = NULL, *dg = NULL, *dr = NULL;
+  bk_buffer *dyw = NULL, *dye = NULL, *dgw = NULL, *dg = NULL, *dr = NULL;
   bk_buffer *dWr = NULL, *du_r = NULL, *dW2 = NULL, *df = NULL, *fsc = NULL, *dsilu = NULL;
   bk_buffer *da = NULL, *dW1 = NULL, *dxs = NULL, *du = NULL, *dxl = NULL, *dgamma = NULL,
             *dbeta = NULL;
   *dx = NULL;
 
   /* Through the combine: a gather of dy, and the gate weights' gradient. */
-  EX_TRY(bk_rows_gather(ctx, dy, N, D, m->tokens, slots, &dyw));
+  EX_TRY(moe_to_slots(ctx, m, dy, D, &dyw));
   EX_TRY(ex_mul(ctx, dyw, m->gw_wide, slots * D, &dye));
   EX_TRY(ex_rows_dot(ctx, dyw, m->ye, slots, D, &dgw));
-  EX_TRY(bk_buffer_zeros(ctx, b->dtype, N * X, &zeros));
-  EX_TRY(bk_rows_scatter_add(ctx, zeros, dgw, N * X, 1, m->gates, slots, &dg));
+  EX_TRY(moe_gates_from_slots(ctx, m, dgw, &dg));
 
   /* The router. */
   EX_TRY(ex_softmax_vjp(ctx, m->g, dg, N, X, &dr));
@@ -160,7 +225,7 @@ static bk_status moe_backward(bk_context *ctx, ex_block *b, const bk_buffer *dy,
   EX_TRY(bk_bmm(ctx, da, W1, X, C, F, D, 0, 1, &dxs));
 
   /* Through the dispatch: a scatter-add onto the router's part of du. */
-  EX_TRY(bk_rows_scatter_add(ctx, du_r, dxs, N, D, m->tokens, slots, &du));
+  EX_TRY(moe_from_slots(ctx, m, du_r, dxs, D, &du));
   EX_TRY(bk_layernorm_backward(ctx, du, m->norm, m->inv_std, b->param[LN_GAMMA]->value, N, D,
                                &dxl, &dgamma, &dbeta));
   EX_TRY(ex_axpby(ctx, 1.0, dy, 1.0, dxl, N * D, dx));
@@ -171,7 +236,7 @@ static bk_status moe_backward(bk_context *ctx, ex_block *b, const bk_buffer *dy,
   ex_set_grad(b->param[W_1], &dW1);
   ex_set_grad(b->param[W_2], &dW2);
 done:
-  EX_RELEASE(&dyw, &dye, &dgw, &zeros, &dg, &dr, &dWr, &du_r, &dW2, &df, &fsc, &dsilu, &da,
+  EX_RELEASE(&dyw, &dye, &dgw, &dg, &dr, &dWr, &du_r, &dW2, &df, &fsc, &dsilu, &da,
              &dW1, &dxs, &du, &dxl, &dgamma, &dbeta);
   return st;
 }

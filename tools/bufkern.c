@@ -13,6 +13,7 @@
 
 #include "bufkern.h"
 #include "cli.h"
+#include "demo.h"
 #include "examples.h"
 
 #include <inttypes.h>
@@ -125,7 +126,7 @@ static int cmd_info(int argc, char **argv) {
  * width D, V classes. Small enough that 200 training steps take seconds on
  * two CPU cores; every block runs on the same (B, T, D) activations. */
 enum {
-  DM_B = 4,       /* sequences per batch */
+  DM_B = DEMO_BATCH, /* sequences per batch */
   DM_T = 32,      /* tokens per sequence (also the FFT length) */
   DM_IN = 8,      /* input features per token */
   DM_D = 16,      /* model width */
@@ -218,10 +219,27 @@ static void task_batch(const demo_task *t, ex_rng *r, int batch, double *x, doub
   }
 }
 
+struct demo_batches {
+  demo_task task;
+  ex_rng r;
+};
+
+demo_batches *demo_batches_create(void) {
+  demo_batches *b = malloc(sizeof *b);
+  if (b) *b = (demo_batches){task_make(7), ex_rng_seed(2024)};
+  return b;
+}
+
+void demo_batches_next(demo_batches *b, double *x, double *teacher, double *labels) {
+  task_batch(&b->task, &b->r, DM_B, x, teacher, labels);
+}
+
+void demo_batches_destroy(demo_batches *b) { free(b); }
+
 /* The model for batches of `batch` sequences: embed, the four blocks, a
  * head, the loss. *loss points at the chain's last child, whose targets
  * change per batch. The weights depend only on the seeds, not on batch. */
-static bk_status model_create(bk_context *ctx, bk_dtype dt, int64_t batch, ex_block **model,
+bk_status model_create(bk_context *ctx, bk_dtype dt, int64_t batch, ex_block **model,
                               ex_block **loss) {
   ex_block *part[7] = {NULL};
   const int64_t rows = batch * DM_T;
@@ -478,6 +496,7 @@ typedef struct demo_opts {
   int steps;
   double lr;
   int gpus; /* data-parallel training on this many GPUs; 0: the checks and training */
+  int graph;
 } demo_opts;
 
 /* Trains the model with plain SGD on fresh synthetic batches; fills loss[]
@@ -531,7 +550,7 @@ done:
 }
 
 /* Mean of loss[from, to). */
-static double mean_of(const double *loss, int from, int to) {
+double mean_of(const double *loss, int from, int to) {
   double acc = 0.0;
   for (int i = from; i < to; i++) acc += loss[i];
   return to > from ? acc / (to - from) : NAN;
@@ -737,7 +756,8 @@ static int demo_gpus(const demo_opts *o) {
 static void demo_usage(void) {
   printf(
       "usage: bufkern demo [--device cpu|cuda:N] [--dtype f32|f64] [--steps N] [--lr X]\n"
-      "       bufkern demo --gpus N [--dtype f32|f64] [--steps N] [--lr X]\n\n"
+      "       bufkern demo --gpus N [--dtype f32|f64] [--steps N] [--lr X]\n"
+      "       bufkern demo --graph [--device cuda:N] [--dtype f32|f64] [--steps N] [--lr X]\n\n"
       "Runs model blocks composed only from bufkern's public primitives (examples/):\n"
       "causal multi-head self-attention, a Mamba-style block, a mixture of experts, an\n"
       "FNO-style spectral layer and a distillation loss, each forward and backward.\n\n"
@@ -760,7 +780,20 @@ static void demo_usage(void) {
       "               all-reduced through NCCL and averaged, every GPU takes the same step.\n"
       "               Compares the losses with the same run on one GPU and with a repeat,\n"
       "               prints the time per step of both and the all-reduce bandwidth of\n"
-      "               1 GiB\n");
+      "               1 GiB\n"
+      "  --graph      instead: the training step recorded into one CUDA graph and replayed.\n"
+      "               The model takes its capture-safe form: attention scores by bk_bmm and\n"
+      "               a scale (no range-loss flag to read back), and the mixture of experts\n"
+      "               routed densely on the device (every expert on every token, weighted\n"
+      "               by its gate, exactly 0 where not selected: the same mixture, with the\n"
+      "               routing still learned, and no mask read back). Checks both forms\n"
+      "               against finite differences and the default forms, trains eagerly,\n"
+      "               captures one step (parameters and batches in fixed device memory the\n"
+      "               demo owns, updated by stream-ordered copies) and replays it on the\n"
+      "               same batches; prints the time per step eager and replayed and checks\n"
+      "               that every replayed loss is bitwise the eager one. Needs a CUDA\n"
+      "               device and --steps of at least 2: exits 2 otherwise (also in a build\n"
+      "               without CUDA).\n");
 }
 
 /* Parses the demo's options; returns -1 to go on, else an exit status. */
@@ -771,6 +804,10 @@ static int demo_parse(int argc, char **argv, demo_opts *o) {
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       demo_usage();
       return 0;
+    }
+    if (strcmp(a, "--graph") == 0) {
+      o->graph = 1;
+      continue;
     }
     if (strcmp(a, "--device") != 0 && strcmp(a, "--dtype") != 0 && strcmp(a, "--steps") != 0 &&
         strcmp(a, "--lr") != 0 && strcmp(a, "--gpus") != 0) {
@@ -824,10 +861,11 @@ static int demo_parse(int argc, char **argv, demo_opts *o) {
 }
 
 static int cmd_demo(int argc, char **argv) {
-  demo_opts o = {cli_default_device(), BK_F32, 200, 0.5, 0};
+  demo_opts o = {cli_default_device(), BK_F32, 200, 0.5, 0, 0};
   const int parsed = demo_parse(argc, argv, &o);
   if (parsed >= 0) return parsed;
   if (o.gpus > 0) return demo_gpus(&o);
+  if (o.graph) return bk_tool_demo_graph(o.device, o.dtype, o.steps, o.lr);
 
   char dev[32];
   bk_context *ctx = NULL, *cpu = NULL;
