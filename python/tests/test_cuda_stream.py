@@ -49,7 +49,7 @@ def test_call_after_torch_producer_reads_finished_data(producer):
         # x[i] = i + 1 for i < 1024, exact in float32; the rest stays 0.
         torch.cumsum(ones[:1024], 0, out=x[:1024])
         want = 1024.0 * 1025.0 / 2.0
-    s = bufkern.rows_sum(b, 1, N, ctx=ctx)
+    s = bufkern.rows_sum(b, rows=1, cols=N, ctx=ctx)
     got = s.numpy()
     assert got.shape == (1,)
     assert got[0] == np.float32(want)
