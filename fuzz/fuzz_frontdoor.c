@@ -588,7 +588,7 @@ static void op_conv(reader *r, pool *pl) {
     if (!valid) break;
     int64_t padded = add(add(in, pb[a]), pa[a]), eff = add(mul(k - 1, dil[a]), 1);
     valid = padded >= 0 && eff >= 0;
-    outv = mul(outv, padded < eff ? 0 : (padded - eff) / st_[a] + 1);
+    outv = mul(outv, padded < eff ? 0 : add((padded - eff) / st_[a], 1));
     kvol = mul(kvol, k);
   }
   int64_t nb = prod(d, ex), in_len = prod(d, in_rank < 0 ? 0 : in_rank > DIMS_CAP ? DIMS_CAP : in_rank);
