@@ -9,7 +9,7 @@ table) plus size sweeps, the run
    DLPack (zero-copy: the same device memory);
 2. checks agreement first: bufkern's result against a float64 reference (the
    ATen composition run on the inputs upcast to float64, or an exact
-   composition for masks), within the contract's tolerance (SPEC section 4).
+   composition for masks), within the contract's tolerance (contract section 4).
    A mismatch is reported and the case is not timed;
 3. times both sides with CUDA events on torch's current stream (the bufkern
    context is bound to that stream with Context.set_stream), as the median over
@@ -59,7 +59,7 @@ import sweep_shapes  # noqa: E402  (the sweep's shape generator, shared with the
 torch = None  # imported in main() unless --dry-run
 F = None
 
-# Contract tolerances (SPEC section 4) by kind and dtype.
+# Contract tolerances (contract section 4) by kind and dtype.
 TOL = {
     "elem": {"f32": 1e-5, "f64": 1e-12},
     "red": {"f32": 1e-4, "f64": 1e-12},

@@ -1,4 +1,4 @@
-"""bufkern.bmm and bufkern.bmm_scaled (SPEC 3.8)."""
+"""bufkern.bmm and bufkern.bmm_scaled (contract §3.8)."""
 
 import numpy as np
 import pytest

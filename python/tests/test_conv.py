@@ -1,4 +1,4 @@
-"""bufkern.conv (SPEC 3.4)."""
+"""bufkern.conv (contract §3.4)."""
 
 import numpy as np
 import pytest

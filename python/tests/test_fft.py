@@ -1,4 +1,4 @@
-"""bufkern.rfft, irfft, irfft_unnormalized (SPEC 3.9)."""
+"""bufkern.rfft, irfft, irfft_unnormalized (contract §3.9)."""
 
 import numpy as np
 import pytest

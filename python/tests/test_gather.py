@@ -1,4 +1,4 @@
-"""bufkern.rows_gather and rows_scatter_add (SPEC 3.11)."""
+"""bufkern.rows_gather and rows_scatter_add (contract §3.11)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""bufkern.layernorm_forward / layernorm_backward (SPEC 3.7)."""
+"""bufkern.layernorm_forward / layernorm_backward (contract §3.7)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Row reductions and masks (SPEC 3.5)."""
+"""Row reductions and masks (contract §3.5)."""
 
 import numpy as np
 import pytest

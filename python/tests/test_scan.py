@@ -1,4 +1,4 @@
-"""Diagonal selective scans and their gradients (SPEC 3.10)."""
+"""Diagonal selective scans and their gradients (contract §3.10)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""bufkern.softmax (SPEC 3.1)."""
+"""bufkern.softmax (contract §3.1)."""
 
 import numpy as np
 import pytest

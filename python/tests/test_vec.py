@@ -1,4 +1,4 @@
-"""Vectors, broadcasts and layout (SPEC 3.6)."""
+"""Vectors, broadcasts and layout (contract §3.6)."""
 
 import numpy as np
 import pytest

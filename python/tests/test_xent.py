@@ -1,4 +1,4 @@
-"""bufkern.xent_weighted_mean and bufkern.xent_teacher (SPEC 3.2, 3.3)."""
+"""bufkern.xent_weighted_mean and bufkern.xent_teacher (contract §3.2, 3.3)."""
 
 import numpy as np
 import pytest

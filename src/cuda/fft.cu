@@ -1,5 +1,5 @@
 /*
- * fft.cu — real FFTs over the packed half spectrum on CUDA (SPEC 3.9).
+ * fft.cu — real FFTs over the packed half spectrum on CUDA (contract §3.9).
  *
  * The transforms are cuFFT's 1-D batched R2C/C2R (float32) and D2Z/Z2D
  * (float64). The packed layout (batch, n/2+1, 2) is exactly cuFFT's

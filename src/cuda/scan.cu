@@ -1,5 +1,5 @@
 /*
- * scan.cu — diagonal selective scans and their gradients on CUDA (SPEC 3.10).
+ * scan.cu — diagonal selective scans and their gradients on CUDA (contract §3.10).
  *
  * Every state channel j is an independent first-order recurrence
  *     h[t] = a[t] * h[t-1] + u[t]

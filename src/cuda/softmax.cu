@@ -27,7 +27,7 @@
  *    way the input is read once. Longer fibres cache a share in registers
  *    and stream the rest twice. Nothing is transposed.
  *
- * IEEE rules (SPEC 3.1): the maximum ignores NaN, and every element's
+ * IEEE rules (contract §3.1): the maximum ignores NaN, and every element's
  * exponential is taken against the final maximum, so a fibre holding NaN,
  * +inf or only -inf sums to NaN and every entry comes out NaN.
  * float32 data: exponentials in float32, sums in float64. float64 data: all

@@ -21,7 +21,7 @@
  * A row holding a non-finite logit or weight (or, in float64, a magnitude
  * above 1e150, where the rewritten sums could overflow differently) is
  * evaluated literally instead by the same threads, reading it again: max,
- * then the sum of exponentials, then the terms exactly as SPEC 3.2 words
+ * then the sum of exponentials, then the terms exactly as contract §3.2 words
  * them (w*(lse - x), or w*lse - w*x when lse - x is not finite), so those
  * rows get the contract's IEEE results.
  * Row losses are summed per block in a fixed order into a scratch array,

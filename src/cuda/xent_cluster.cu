@@ -1,5 +1,5 @@
 /*
- * xent_cluster.cu — the teacher gradient (SPEC 3.3, gradient == 1) of wide
+ * xent_cluster.cu — the teacher gradient (contract §3.3, gradient == 1) of wide
  * rows with each row split across a thread-block cluster, the row pair read
  * from memory once and written once.
  *

@@ -5,7 +5,7 @@
 #include "cuda_internal.h"
 
 /*
- * Queues the teacher gradient (SPEC 3.3, gradient == 1) of (rows, cols)
+ * Queues the teacher gradient (contract §3.3, gradient == 1) of (rows, cols)
  * logits S and T into y when the cluster path serves this shape on this
  * device, and sets *done to 1; otherwise queues nothing and leaves *done 0
  * so the caller takes another path. Requires 16-byte aligned S, T and y and

@@ -7,7 +7,7 @@ results are written as plain text that tests/test_golden.c reads and replays
 on the device under test, in both dtypes.
 
 Two references compute the expected values from the same cases:
-  --backend numpy   a pure-numpy float64 implementation written from SPEC
+  --backend numpy   a pure-numpy float64 implementation written from the contract
                     section 3 (loops where the contract is literal about an
                     order or a comparison rule); needs only numpy.
   --backend torch   the same functions composed from ATen operators on CPU
@@ -109,7 +109,7 @@ class Case:
         self.status = status
         self.needle = needle
         self.notes = [note] if isinstance(note, str) else list(note or [])
-        self.check = check or {}  # label -> SPEC example values (validated at generation)
+        self.check = check or {}  # label -> contract example values (validated at generation)
 
 
 def rnd(dtype, a):
@@ -154,11 +154,11 @@ def arg_kind(v):
     return "int"
 
 
-# ---- numpy reference (written from SPEC section 3) ------------------------------------------
+# ---- numpy reference (written from contract section 3) ------------------------------------------
 
 
 def mul0(a, b):
-    """a*b with 0*inf = 0: the reading of SPEC 3.2 ("a zero weight contributes
+    """a*b with 0*inf = 0: the reading of contract §3.2 ("a zero weight contributes
     exactly 0"); NaN still propagates."""
     if (a == 0 and math.isinf(b)) or (b == 0 and math.isinf(a)):
         return 0.0
@@ -524,7 +524,7 @@ def split_scale(scale, A, B):
     """Splits scale = sa * sb with sa an exact power of two chosen so that
     both scaled operands have about the same largest magnitude, so the float64
     reference neither overflows nor underflows where the true product is
-    representable (SPEC 3.8)."""
+    representable (contract §3.8)."""
     fa = np.abs(A[np.isfinite(A)])
     fb = np.abs(B[np.isfinite(B)])
     ma = float(fa.max()) if fa.size and fa.max() > 0 else 1.0
@@ -858,7 +858,7 @@ class TorchRef:
         return {"out": self.N(out)}
 
 
-# ---- tolerances: the natural magnitude of each result (SPEC section 4) ----------------------
+# ---- tolerances: the natural magnitude of each result (contract section 4) ----------------------
 
 
 def fabs(a):
@@ -997,7 +997,7 @@ def spec_meta(prim, a, res, dtype):
 
 
 def range_loss(a, out, dtype):
-    """SPEC 3.8's flag, from the inputs and the reference result in the dtype."""
+    """contract §3.8's flag, from the inputs and the reference result in the dtype."""
     batch, m, p = a["batch"], a["m"], a["p"]
     if batch * m * p == 0:
         return 0
@@ -1172,7 +1172,7 @@ def cases_xent():
     cs.append(Case("xent_weighted_minus_inf_logits", "xent_weighted_mean",
                    dict(logits=F([1.0, -INF, 2.0, 0.5, -INF, -1.0]),
                         weights=F([0.5, 0.0, 0.5, 0.2, 0.0, 0.8]), rows=2, cols=3),
-                   note="a zero weight on a -inf logit contributes exactly 0 (SPEC 3.2; "
+                   note="a zero weight on a -inf logit contributes exactly 0 (contract §3.2; "
                         "ATen's w * -log_softmax gives 0 * inf = NaN)"))
     cs.append(Case("xent_weighted_minus_inf_weighted", "xent_weighted_mean",
                    dict(logits=F([1.0, -INF, 2.0]), weights=F([0.5, 0.25, 0.25]), rows=1,
@@ -1181,7 +1181,7 @@ def cases_xent():
                    dict(logits=F([1e308, -1e308, 0.0, 3.0]),
                         weights=F([0.5, 1e-10, 0.25, 0.25]), rows=2, cols=2),
                    dtypes=("f64",),
-                   note="lse - x overflows: the term is recomputed as w*lse - w*x (SPEC 3.2)"))
+                   note="lse - x overflows: the term is recomputed as w*lse - w*x (contract §3.2)"))
     cs.append(Case("xent_weighted_nan", "xent_weighted_mean",
                    dict(logits=F([1.0, NAN, 2.0, 0.5, 1.5, -1.0]),
                         weights=F([0.5, 0.0, 0.5, 0.2, 0.3, 0.5]), rows=2, cols=3)))
@@ -1190,7 +1190,7 @@ def cases_xent():
     cs.append(Case("xent_weighted_all_minus_inf_row", "xent_weighted_mean",
                    dict(logits=F([-INF, -INF, 1.0, 2.0]), weights=F([0.5, 0.5, 0.5, 0.5]),
                         rows=2, cols=2),
-                   note="SPEC's lse = m + log(sum exp(x - m)) is NaN for an all -inf row "
+                   note="the contract's lse = m + log(sum exp(x - m)) is NaN for an all -inf row "
                         "(torch.logsumexp would give -inf)"))
     cs.append(Case("xent_weighted_rows0", "xent_weighted_mean",
                    dict(logits=F([]), weights=F([]), rows=0, cols=5)))
@@ -1233,7 +1233,7 @@ def cases_xent():
                             teacher=F([1.0, -INF, 0.0, 0.5, 2.0, -INF]), rows=2, cols=3,
                             gradient=gflag),
                        note="a teacher probability of exactly 0 on a -inf student logit "
-                            "contributes 0 (0 * inf = 0, as in SPEC 3.2's zero weight; "
+                            "contributes 0 (0 * inf = 0, as in contract §3.2's zero weight; "
                             "ATen's cross_entropy gives NaN)"))
         cs.append(Case("xent_teacher_minus_inf_student_%s" % ("grad" if gflag else "loss"),
                        "xent_teacher",
@@ -1915,7 +1915,7 @@ ALL_PRIMS = [
 
 
 def check_spec_example(case, dtype, res):
-    """Generation stops if the reference misses a SPEC example (given to
+    """Generation stops if the reference misses a contract example (given to
     about 7 digits)."""
     for label, want in case.check.items():
         got = res[label]
@@ -1923,7 +1923,7 @@ def check_spec_example(case, dtype, res):
         tol = 2e-6 * max(1.0, float(np.max(np.abs(want)))) if dtype == "f64" else \
             2e-5 * max(1.0, float(np.max(np.abs(want))))
         if got.shape != want.shape or np.any(np.abs(got - want) > tol):
-            raise AssertionError("%s (%s): %s = %s, SPEC says %s" %
+            raise AssertionError("%s (%s): %s = %s, the contract says %s" %
                                  (case.name, dtype, label, got.tolist(), want.tolist()))
 
 
@@ -2108,7 +2108,7 @@ def cross_check(ref):
     got = ref.bmm(A, B, 2, 3, 4, 5, 1, 1)["out"]
     want = np.matmul(A.reshape(2, 4, 3).transpose(0, 2, 1), B.reshape(2, 5, 4).transpose(0, 2, 1))
     assert np.allclose(got, want.ravel(), atol=1e-13), "bmm"
-    # conv against a direct evaluation of SPEC 3.4's sum at every output.
+    # conv against a direct evaluation of contract §3.4's sum at every output.
     x = rng.standard_normal(2 * 4 * 7 * 6)
     w = rng.standard_normal(4 * 4 * 3 * 2)
     bias = rng.standard_normal(4)
