@@ -588,6 +588,7 @@ static void op_conv(reader *r, pool *pl) {
     if (!valid) break;
     int64_t padded = add(add(in, pb[a]), pa[a]), eff = add(mul(k - 1, dil[a]), 1);
     valid = padded >= 0 && eff >= 0;
+    if (!valid) break;
     outv = mul(outv, padded < eff ? 0 : add((padded - eff) / st_[a], 1));
     kvol = mul(kvol, k);
   }
