@@ -52,14 +52,12 @@ static constexpr int LNV_GROUP_THREADS = 256;
  * 16 bytes. */
 template <typename T> struct lnv_traits;
 template <> struct lnv_traits<float> {
-  static constexpr int n = 8;
-  static constexpr int vec = 4;
-  static constexpr int group = 4;
+  static constexpr int n = 8, vec = 4, group = 4;
+  static constexpr int n2 = 0; /* see lnv_make_plan */
 };
 template <> struct lnv_traits<double> {
-  static constexpr int n = 4;
-  static constexpr int vec = 2;
-  static constexpr int group = 2;
+  static constexpr int n = 4, vec = 2, group = 2;
+  static constexpr int n2 = 8;
 };
 
 /* A block of the block strategy visits at least this many rows when the
@@ -256,9 +254,10 @@ static __device__ __forceinline__ void lnv_finish(const lnv_args<T> &a, const ln
  * block: RPT rows; slice: block (rg, s) of the grid's nsl-block row groups
  * takes slice s of rows rg, rg + nrg, ...). Dynamic shared memory: N *
  * blockDim float64 pairs, slot s of thread t at s*blockDim + t. part row:
- * the block (group, block) or its row group (slice).
+ * the block (group, block) or its row group (slice). PF: the next batch
+ * loads while the current one is finished; else one batch at a time.
  */
-template <typename T, int N, int RPT, int VEC, int MODE>
+template <typename T, int N, int RPT, int VEC, int MODE, bool PF>
 static __global__ void __launch_bounds__(LNV_MAX_THREADS, 1) lnv_rows_kernel(lnv_args<T> a) {
   extern __shared__ __align__(16) unsigned char lnv_smem[];
   __shared__ double2 shr[MODE == LNV_BLOCK ? 2 : 1][RPT][32];
@@ -289,24 +288,34 @@ static __global__ void __launch_bounds__(LNV_MAX_THREADS, 1) lnv_rows_kernel(lnv
 #pragma unroll
   for (int s = 0; s < N; ++s) acc[s * B + tid] = make_double2(0.0, 0.0);
 
-  /* Two register sets: the next batch loads into one while the other is
-   * finished. */
-  T d0[RPT * N], n0[RPT * N], d1[RPT * N], n1[RPT * N];
   int64_t b = first;
   int par = 0;
-  if (b < nbatch) lnv_load<T, N, RPT, VEC>(a, p, b, d0, n0);
-  while (b < nbatch) {
-    int64_t bn = b + step;
-    if (bn < nbatch) lnv_load<T, N, RPT, VEC>(a, p, bn, d1, n1);
-    lnv_finish<T, N, RPT, VEC, MODE>(a, p, b, d0, n0, acc, shr[par]);
-    par ^= MODE == LNV_BLOCK ? 1 : 0;
-    b = bn;
-    if (b >= nbatch) break;
-    bn = b + step;
-    if (bn < nbatch) lnv_load<T, N, RPT, VEC>(a, p, bn, d0, n0);
-    lnv_finish<T, N, RPT, VEC, MODE>(a, p, b, d1, n1, acc, shr[par]);
-    par ^= MODE == LNV_BLOCK ? 1 : 0;
-    b = bn;
+  if constexpr (PF) {
+    /* Two register sets: the next batch loads into one while the other is
+     * finished. */
+    T d0[RPT * N], n0[RPT * N], d1[RPT * N], n1[RPT * N];
+    if (b < nbatch) lnv_load<T, N, RPT, VEC>(a, p, b, d0, n0);
+    while (b < nbatch) {
+      int64_t bn = b + step;
+      if (bn < nbatch) lnv_load<T, N, RPT, VEC>(a, p, bn, d1, n1);
+      lnv_finish<T, N, RPT, VEC, MODE>(a, p, b, d0, n0, acc, shr[par]);
+      par ^= MODE == LNV_BLOCK ? 1 : 0;
+      b = bn;
+      if (b >= nbatch) break;
+      bn = b + step;
+      if (bn < nbatch) lnv_load<T, N, RPT, VEC>(a, p, bn, d0, n0);
+      lnv_finish<T, N, RPT, VEC, MODE>(a, p, b, d1, n1, acc, shr[par]);
+      par ^= MODE == LNV_BLOCK ? 1 : 0;
+      b = bn;
+    }
+  } else {
+    /* One register set, a batch's loads all issued before any use. */
+    for (; b < nbatch; b += step) {
+      T d0[RPT * N], n0[RPT * N];
+      lnv_load<T, N, RPT, VEC>(a, p, b, d0, n0);
+      lnv_finish<T, N, RPT, VEC, MODE>(a, p, b, d0, n0, acc, shr[par]);
+      par ^= MODE == LNV_BLOCK ? 1 : 0;
+    }
   }
 
   /* The block's partial row: local column c = (k*G + lane)*VEC + e is slot
@@ -434,7 +443,7 @@ static __global__ void __launch_bounds__(LNV_FOLD_COLS *LNV_FOLD_SEGS)
  * threads per block; blocks, partial rows, slices per row; dynamic shared
  * memory per block. */
 struct lnv_plan {
-  int mode, n, rpt, G, threads;
+  int mode, n, rpt, G, threads, pf;
   int64_t grid, nb, nsl;
   size_t smem;
 };
@@ -460,20 +469,35 @@ static int64_t lnv_resident(const bk_cuda_ctx *c, int threads, size_t smem) {
   return per_sm * c->sm_count;
 }
 
-/* A pure function of the dtype's block and group widths (n, group), the
- * shape and the device facts. */
-static lnv_plan lnv_make_plan(const bk_cuda_ctx *c, int n, int group, int64_t rows,
+/* The widest block of which two are resident per multiprocessor by the
+ * register cap (a multiple of 32, at most tmax). */
+static int lnv_two_blocks(const bk_cuda_ctx *c, int tmax) {
+  const int t = c->facts.regs_per_sm / (2 * LNV_REGS) / 32 * 32;
+  return t < 32 ? 32 : t < tmax ? t : tmax;
+}
+
+/*
+ * A pure function of the dtype's widths (block n, no-prefetch n2, group),
+ * the shape and the device facts. Lane groups take N columns a lane (as
+ * many as the group's elements allow, so the fewest lanes and butterfly
+ * steps per row) and the rest of the elements as rows. A row that needs a
+ * block too wide for two blocks per multiprocessor takes, where two blocks
+ * of twice the columns a thread fit the shared memory, one register set of
+ * n2 columns a thread: a block then waits at its row barrier while the
+ * other's loads are in flight. Slices are two-blocks wide for the same
+ * reason.
+ */
+static lnv_plan lnv_make_plan(const bk_cuda_ctx *c, int n, int n2, int group, int64_t rows,
                               int64_t cols) {
   lnv_plan p = {};
   p.nsl = 1;
+  p.pf = 1;
   if (cols <= 32 * group) {
     p.mode = LNV_GROUP;
-    p.n = cols <= 32 ? 1 : cols <= 64 ? 2 : 4;
+    p.n = cols == 1 ? 1 : cols == 2 || group == 2 ? 2 : 4;
     p.rpt = group / p.n;
-    p.G = 32;
-    if (p.n == 1)
-      for (p.G = 1; p.G < cols; p.G <<= 1) {
-      }
+    for (p.G = 1; (int64_t)p.G * p.n < cols; p.G <<= 1) {
+    }
     p.threads = LNV_GROUP_THREADS;
     p.smem = (size_t)p.n * p.threads * 16;
     const int64_t per_batch = (int64_t)(p.threads / p.G) * p.rpt;
@@ -483,15 +507,24 @@ static lnv_plan lnv_make_plan(const bk_cuda_ctx *c, int n, int group, int64_t ro
     p.nb = p.grid;
     return p;
   }
-  const int tmax = lnv_max_threads(c, n);
+  const int tmax = lnv_max_threads(c, n), t2 = lnv_two_blocks(c, tmax);
   p.n = n;
   p.rpt = 1;
   const int64_t need = (cols + n - 1) / n; /* threads for a row */
   if (need <= tmax) {
     p.mode = LNV_BLOCK;
-    p.threads = (int)((need + 31) / 32 * 32);
+    const int64_t need2 = n2 > 0 ? (cols + n2 - 1) / n2 : 0;
+    const int64_t th2 = (need2 + 31) / 32 * 32;
+    if (need > t2 && n2 > 0 && th2 <= t2 &&
+        2 * ((int64_t)n2 * th2 * 16 + 2048 + c->facts.smem_reserved) <=
+            (int64_t)c->facts.smem_per_sm) {
+      p.n = n2;
+      p.pf = 0;
+    }
+    const int64_t th = (cols + p.n - 1) / p.n;
+    p.threads = (int)((th + 31) / 32 * 32);
     p.G = p.threads;
-    p.smem = (size_t)n * p.threads * 16;
+    p.smem = (size_t)p.n * p.threads * 16;
     const int64_t res = lnv_resident(c, p.threads, p.smem);
     int64_t want = (rows + LNV_MIN_ROWS_PER_BLOCK - 1) / LNV_MIN_ROWS_PER_BLOCK;
     if (want < c->sm_count) want = rows < c->sm_count ? rows : c->sm_count;
@@ -500,10 +533,10 @@ static lnv_plan lnv_make_plan(const bk_cuda_ctx *c, int n, int group, int64_t ro
     return p;
   }
   p.mode = LNV_SLICE;
-  p.threads = tmax;
-  p.G = tmax;
+  p.threads = t2;
+  p.G = t2;
   p.smem = (size_t)n * p.threads * 16;
-  p.nsl = (cols + (int64_t)tmax * n - 1) / ((int64_t)tmax * n);
+  p.nsl = (cols + (int64_t)t2 * n - 1) / ((int64_t)t2 * n);
   int64_t nrg = lnv_resident(c, p.threads, p.smem) / p.nsl;
   if (nrg < 1) nrg = 1;
   if (nrg > rows) nrg = rows;
@@ -517,17 +550,17 @@ static lnv_plan lnv_make_plan(const bk_cuda_ctx *c, int n, int group, int64_t ro
 /* Queues one instance of the row template for plan p; the block-wide
  * instances first get their dynamic shared-memory limit (fixed per instance
  * and device: the largest block's slots), once per context. */
-template <typename T, int N, int RPT, int VEC, int MODE>
+template <typename T, int N, int RPT, int VEC, int MODE, bool PF>
 static bk_status lnv_launch(bk_context *ctx, const char *fn, const lnv_plan &p,
                             const lnv_args<T> &a) {
   if (MODE != LNV_GROUP) {
     const int dyn = N * lnv_max_threads(bk_cu(ctx), N) * 16;
-    if (!bk__cuda_func_prepare(ctx, (const void *)lnv_rows_kernel<T, N, RPT, VEC, MODE>, dyn,
+    if (!bk__cuda_func_prepare(ctx, (const void *)lnv_rows_kernel<T, N, RPT, VEC, MODE, PF>, dyn,
                                -1, 0, NULL))
       return bk__fail(BK_ERR_DEVICE, fn,
                       "the device refused %d bytes of shared memory for the VJP row kernel", dyn);
   }
-  lnv_rows_kernel<T, N, RPT, VEC, MODE>
+  lnv_rows_kernel<T, N, RPT, VEC, MODE, PF>
       <<<(unsigned)p.grid, p.threads, p.smem, bk_stream(ctx)>>>(a);
   return bk__cuda_launched(fn, "lnv_rows_kernel");
 }
@@ -535,15 +568,19 @@ static bk_status lnv_launch(bk_context *ctx, const char *fn, const lnv_plan &p,
 template <typename T, int VEC>
 static bk_status lnv_launch_wide(bk_context *ctx, const char *fn, const lnv_plan &p,
                                  const lnv_args<T> &a, int mode) {
-  constexpr int N = lnv_traits<T>::n;
-  if (mode == LNV_BLOCK) return lnv_launch<T, N, 1, VEC, LNV_BLOCK>(ctx, fn, p, a);
+  constexpr int N = lnv_traits<T>::n, N2 = lnv_traits<T>::n2;
+  if (mode == LNV_BLOCK) {
+    if constexpr (N2 > 0)
+      if (!p.pf) return lnv_launch<T, N2, 1, VEC, LNV_BLOCK, false>(ctx, fn, p, a);
+    return lnv_launch<T, N, 1, VEC, LNV_BLOCK, true>(ctx, fn, p, a);
+  }
   const int64_t res = lnv_resident(bk_cu(ctx), p.threads, 0);
   const int64_t units = a.rows * a.nsl;
   lnv_sums_kernel<T, N, VEC><<<(unsigned)(units < res ? units : res), p.threads, 0,
                                bk_stream(ctx)>>>(a, const_cast<double2 *>(a.sums));
   const bk_status st = bk__cuda_launched(fn, "lnv_sums_kernel");
   if (st != BK_OK) return st;
-  return lnv_launch<T, N, 1, VEC, LNV_SLICE>(ctx, fn, p, a);
+  return lnv_launch<T, N, 1, VEC, LNV_SLICE, true>(ctx, fn, p, a);
 }
 
 template <typename T>
@@ -552,7 +589,8 @@ static bk_status lnv_backward(bk_context *ctx, const char *fn, const T *dout, co
                               int64_t rows, int64_t cols) {
   constexpr int V = lnv_traits<T>::vec;
   const lnv_plan p =
-      lnv_make_plan(bk_cu(ctx), lnv_traits<T>::n, lnv_traits<T>::group, rows, cols);
+      lnv_make_plan(bk_cu(ctx), lnv_traits<T>::n, lnv_traits<T>::n2, lnv_traits<T>::group,
+                    rows, cols);
   const size_t part_bytes = (size_t)p.nb * 2 * (size_t)cols * sizeof(T);
   const size_t sums_bytes =
       p.mode == LNV_SLICE ? (size_t)rows * (size_t)p.nsl * sizeof(double2) : 0;
@@ -564,12 +602,12 @@ static bk_status lnv_backward(bk_context *ctx, const char *fn, const T *dout, co
   constexpr int E = lnv_traits<T>::group;
   if (p.mode == LNV_GROUP) {
     if (p.n == 1)
-      st = lnv_launch<T, 1, E, 1, LNV_GROUP>(ctx, fn, p, a);
+      st = lnv_launch<T, 1, E, 1, LNV_GROUP, true>(ctx, fn, p, a);
     else if constexpr (E >= 4)
-      st = p.n == 2 ? lnv_launch<T, 2, E / 2, 1, LNV_GROUP>(ctx, fn, p, a)
-                    : lnv_launch<T, 4, E / 4, 1, LNV_GROUP>(ctx, fn, p, a);
+      st = p.n == 2 ? lnv_launch<T, 2, E / 2, 1, LNV_GROUP, true>(ctx, fn, p, a)
+                    : lnv_launch<T, 4, E / 4, 1, LNV_GROUP, true>(ctx, fn, p, a);
     else
-      st = lnv_launch<T, 2, E / 2, 1, LNV_GROUP>(ctx, fn, p, a);
+      st = lnv_launch<T, 2, E / 2, 1, LNV_GROUP, true>(ctx, fn, p, a);
   } else {
     /* 16-byte access when every row starts on a 16-byte boundary. */
     const bool vec = cols % V == 0 && bk_aligned16(dout) && bk_aligned16(nrm) &&
