@@ -484,8 +484,8 @@ static int lnv_two_blocks(const bk_cuda_ctx *c, int tmax) {
  * block too wide for two blocks per multiprocessor takes, where two blocks
  * of twice the columns a thread fit the shared memory, one register set of
  * n2 columns a thread: a block then waits at its row barrier while the
- * other's loads are in flight. Slices are two-blocks wide for the same
- * reason.
+ * other's loads are in flight. Slices are the widest block: each thread adds
+ * the row's nsl slice sums, so fewer slices cost less.
  */
 static lnv_plan lnv_make_plan(const bk_cuda_ctx *c, int n, int n2, int group, int64_t rows,
                               int64_t cols) {
@@ -533,10 +533,10 @@ static lnv_plan lnv_make_plan(const bk_cuda_ctx *c, int n, int n2, int group, in
     return p;
   }
   p.mode = LNV_SLICE;
-  p.threads = t2;
-  p.G = t2;
+  p.threads = tmax;
+  p.G = tmax;
   p.smem = (size_t)n * p.threads * 16;
-  p.nsl = (cols + (int64_t)t2 * n - 1) / ((int64_t)t2 * n);
+  p.nsl = (cols + (int64_t)tmax * n - 1) / ((int64_t)tmax * n);
   int64_t nrg = lnv_resident(c, p.threads, p.smem) / p.nsl;
   if (nrg < 1) nrg = 1;
   if (nrg > rows) nrg = rows;
