@@ -669,6 +669,28 @@ static void allocation_failures(void) {
   bk_buffer_release(s);
 }
 
+/* The backward's planner for the device facts of an H200 / H100 SXM (132
+ * multiprocessors, 228 KB shared memory each, 227 KB a block may opt in to),
+ * an H100 PCIe (114) and a smaller GPU (46 multiprocessors, 100 KB, 99 KB):
+ * every plan over the hook's shapes is launchable there and covers every
+ * column once. Host code only, so it runs wherever the CUDA backend is
+ * built. */
+static void vjp_plans(void) {
+#ifdef BK_HAVE_CUDA
+  static const int facts[][5] = {
+      {132, 233472, 232448, 1024, 65536},
+      {114, 233472, 232448, 1024, 65536},
+      {46, 102400, 101376, 1024, 65536},
+  };
+  for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) {
+    char msg[256];
+    const int64_t bad = bk__cuda_layernorm_vjp_plan_check(
+        facts[i][0], facts[i][1], facts[i][2], facts[i][3], facts[i][4], msg, sizeof msg);
+    TL_CHECK(bad == 0, "%d SMs: %" PRId64 " bad plans, first %s", facts[i][0], bad, msg);
+  }
+#endif
+}
+
 int main(void) {
   tl_init();
   TL_RUN(examples);
@@ -681,5 +703,6 @@ int main(void) {
   TL_RUN(forward_errors);
   TL_RUN(backward_errors);
   TL_RUN(allocation_failures);
+  TL_RUN(vjp_plans);
   return tl_finish();
 }

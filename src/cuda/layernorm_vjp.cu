@@ -30,6 +30,7 @@
 #include "cuda_internal.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* ---- geometry ------------------------------------------------------------------------ */
 
@@ -449,10 +450,13 @@ struct lnv_plan {
 };
 
 /* The largest block of the block-wide strategies whose column slots (N
- * float64 pairs a thread) and static memory fit what a block may opt in to. */
+ * float64 pairs a thread) and static memory fit what a block may opt in to,
+ * and whose registers at the cap fit a multiprocessor. */
 static int lnv_max_threads(const bk_cuda_ctx *c, int n) {
   int t = LNV_MAX_THREADS;
-  while (t > 32 && (int64_t)t * n * 16 + 2048 > (int64_t)c->facts.smem_optin) t >>= 1;
+  while (t > 32 && ((int64_t)t * n * 16 + 2048 > (int64_t)c->facts.smem_optin ||
+                    (int64_t)t * LNV_REGS > (int64_t)c->facts.regs_per_sm))
+    t >>= 1;
   return t;
 }
 
@@ -623,6 +627,70 @@ static bk_status lnv_backward(bk_context *ctx, const char *fn, const T *dout, co
   }
   bk__cuda_scratch_free(ctx, scratch);
   return st;
+}
+
+/* ---- planner check (host tests) ------------------------------------------------------------ */
+
+/* Declared in src/core/internal.h: the plans for a device with these facts
+ * over a fixed list of shapes, each checked for what a launch there needs
+ * and for covering every column once. */
+extern "C" BK_API int64_t bk__cuda_layernorm_vjp_plan_check(int sm_count, int smem_per_sm,
+                                                            int smem_optin, int smem_reserved,
+                                                            int regs_per_sm, char *msg,
+                                                            size_t cap) {
+  bk_cuda_ctx c = {};
+  c.sm_count = sm_count;
+  c.facts.smem_per_sm = smem_per_sm;
+  c.facts.smem_optin = smem_optin;
+  c.facts.smem_reserved = smem_reserved;
+  c.facts.regs_per_sm = regs_per_sm;
+  static const int64_t rows_list[] = {1, 2, 3, 31, 257, 1000, 65537, (int64_t)1 << 20,
+                                      (int64_t)1 << 27};
+  static const int64_t wide[] = {511,   512,   513,   1023,  1024,   1025,   2047,
+                                 2048,  2049,  4095,  4096,  4097,   8191,   8192,
+                                 8193,  16385, 65537, 262143, 262144, 4194304, 3145729};
+  int64_t bad = 0;
+  if (msg && cap) msg[0] = '\0';
+  for (int d = 0; d < 2; ++d) {
+    const int n = d ? lnv_traits<double>::n : lnv_traits<float>::n;
+    const int n2 = d ? lnv_traits<double>::n2 : lnv_traits<float>::n2;
+    const int group = d ? lnv_traits<double>::group : lnv_traits<float>::group;
+    for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ++ri)
+      for (int64_t ci = 0; ci < 300 + (int64_t)(sizeof wide / sizeof wide[0]); ++ci) {
+        const int64_t rows = rows_list[ri], cols = ci < 300 ? ci + 1 : wide[ci - 300];
+        const lnv_plan p = lnv_make_plan(&c, n, n2, group, rows, cols);
+        const int64_t span = (int64_t)p.threads * p.n; /* columns a block covers */
+        const char *why = NULL;
+        if (p.threads < 32 || p.threads > LNV_MAX_THREADS || p.threads % 32 != 0 ||
+            (int64_t)LNV_REGS * p.threads > regs_per_sm)
+          why = "block size";
+        else if (p.grid < 1 || p.grid > 0x7fffffff || p.nb < 1 || p.nb > rows)
+          why = "grid or partial rows";
+        else if (p.smem + 2048 > (size_t)smem_optin ||
+                 (int64_t)p.smem + 2048 + smem_reserved > smem_per_sm ||
+                 (p.mode != LNV_GROUP &&
+                  (int64_t)p.smem > (int64_t)p.n * lnv_max_threads(&c, p.n) * 16))
+          why = "shared memory";
+        else if (p.mode == LNV_GROUP
+                     ? (p.G < 1 || p.G > 32 || (p.G & (p.G - 1)) || (int64_t)p.G * p.n < cols ||
+                        p.rpt * p.n != group || p.threads != LNV_GROUP_THREADS)
+                     : p.mode == LNV_BLOCK
+                           ? (p.G != p.threads || span < cols || (p.n != n && p.n != n2))
+                           : (p.n != n || p.nsl * span < cols || (p.nsl - 1) * span >= cols ||
+                              p.grid != p.nb * p.nsl))
+          why = "columns";
+        if (why) {
+          if (bad++ == 0 && msg && cap)
+            snprintf(msg, cap,
+                     "%s: %s rows %lld cols %lld: mode %d n %d threads %d G %d grid %lld nb %lld "
+                     "nsl %lld smem %zu",
+                     why, d ? "f64" : "f32", (long long)rows, (long long)cols, p.mode, p.n,
+                     p.threads, p.G, (long long)p.grid, (long long)p.nb, (long long)p.nsl,
+                     p.smem);
+        }
+      }
+  }
+  return bad;
 }
 
 /* ---- entry ---------------------------------------------------------------------------------- */
