@@ -12,7 +12,10 @@
  *  - slice: wider rows in slices of one block's width; lnv_sums_kernel
  *    first writes each (row, slice) pair of sums, added in slice order.
  * Every thread caches its share of the rows in registers and loads the next
- * batch's share while it finishes the current one. Access is scalar (any
+ * batch's share while it finishes the current one (float64 rows that would
+ * need the widest block instead take blocks of half the threads with twice
+ * the columns a thread in one register set, every load of a row issued
+ * before any use, two per multiprocessor). Access is scalar (any
  * width, any alignment) or, for the block-wide strategies when the pointers
  * and the width allow, 16 bytes at a time. Per row: g = dout*gamma, S1 =
  * sum g, S2 = sum g*normalized (thread and warp sums in the dtype, folds
