@@ -300,8 +300,37 @@ static const shape gpu_wide_shapes[] = {
     {18, 262140, 0, 1e-5}, {140, 32768, 0, 1e-5},
 };
 
+/* CUDA only: the backward's row template at the edges of each strategy.
+ * Lane groups (f32 up to 128 columns, f64 up to 64): one lane per row (1),
+ * idle lanes in each group (3, 5, 31), full groups (2, 32), two and four
+ * columns per lane (33, 64, 65, 127, 128), rows that are no multiple of a
+ * block's batch, many rows. A block per row: one warp with idle lanes
+ * (129), a partial last warp (257), widths that are no multiple of the
+ * vector width (4093 prime, 8191), 16-byte rows (4096, and 8192 at the
+ * widest f32 block), one row, few rows, rows that are no multiple of the
+ * grid. Slices (rows wider than the widest block: f32 8192, f64 4096
+ * columns): a last slice of one column (8193, f64 4097), odd widths, few
+ * long rows. Under BK_TEST_SMALL (the sanitizer runs) only these shapes of
+ * at most LN_SMALL_ELEMS elements, and none of the larger lists above. */
+static const shape gpu_vjp_shapes[] = {
+    {1, 1, 0, 1e-5},      {100003, 1, 0, 1e-5}, {50001, 3, 0, 1e-5}, {7919, 5, 0, 1e-5},
+    {4099, 31, 0, 1e-5},  {3001, 32, 0, 1e-5},  {2053, 33, 0, 1e-5}, {1, 64, 0, 1e-5},
+    {1999, 65, 0, 1e-5},  {1031, 127, 0, 1e-5}, {1024, 128, 0, 1e-5}, {1, 129, 0, 1e-5},
+    {2001, 129, 0, 1e-5}, {999, 257, 0, 1e-5},  {1, 4093, 0, 1e-5},  {517, 4093, 0, 1e-5},
+    {3000, 4096, 0, 1e-5}, {1, 8191, 0, 1e-5},  {301, 8192, 0, 1e-5}, {2, 8192, 0, 1e-5},
+    {3, 8193, 0, 1e-5},   {5, 4097, 0, 1e-5},   {1, 65537, 0, 1e-5}, {7, 262144, 0, 1e-5},
+    {2, 262139, 0, 1e-5},
+};
+#define LN_SMALL_ELEMS 600000
+
 static void gpu_cases(void) {
   if (tl_dev.kind != BK_DEVICE_CUDA) return;
+  const int small = getenv("BK_TEST_SMALL") != NULL;
+  for (int d = 0; d < TL_DTYPES; d++)
+    for (size_t s = 0; s < sizeof gpu_vjp_shapes / sizeof gpu_vjp_shapes[0]; s++)
+      if (!small || gpu_vjp_shapes[s].rows * gpu_vjp_shapes[s].cols <= LN_SMALL_ELEMS)
+        random_case(tl_dtypes[d], &gpu_vjp_shapes[s], 1000 + s);
+  if (small) return;
   for (size_t s = 0; s < sizeof gpu_shapes / sizeof gpu_shapes[0]; s++)
     random_case(BK_F32, &gpu_shapes[s], 900 + s);
   for (int d = 0; d < TL_DTYPES; d++)
@@ -640,6 +669,28 @@ static void allocation_failures(void) {
   bk_buffer_release(s);
 }
 
+/* The backward's planner for the device facts of an H200 / H100 SXM (132
+ * multiprocessors, 228 KB shared memory each, 227 KB a block may opt in to),
+ * an H100 PCIe (114) and a smaller GPU (46 multiprocessors, 100 KB, 99 KB):
+ * every plan over the hook's shapes is launchable there and covers every
+ * column once. Host code only, so it runs wherever the CUDA backend is
+ * built. */
+static void vjp_plans(void) {
+#ifdef BK_HAVE_CUDA
+  static const int facts[][5] = {
+      {132, 233472, 232448, 1024, 65536},
+      {114, 233472, 232448, 1024, 65536},
+      {46, 102400, 101376, 1024, 65536},
+  };
+  for (size_t i = 0; i < sizeof facts / sizeof facts[0]; i++) {
+    char msg[256];
+    const int64_t bad = bk__cuda_layernorm_vjp_plan_check(
+        facts[i][0], facts[i][1], facts[i][2], facts[i][3], facts[i][4], msg, sizeof msg);
+    TL_CHECK(bad == 0, "%d SMs: %" PRId64 " bad plans, first %s", facts[i][0], bad, msg);
+  }
+#endif
+}
+
 int main(void) {
   tl_init();
   TL_RUN(examples);
@@ -652,5 +703,6 @@ int main(void) {
   TL_RUN(forward_errors);
   TL_RUN(backward_errors);
   TL_RUN(allocation_failures);
+  TL_RUN(vjp_plans);
   return tl_finish();
 }
