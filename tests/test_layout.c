@@ -758,9 +758,11 @@ static void sum_random(void) {
       /* The CUDA axis engine at its edges: fibres in registers (4 | 5 and
        * 16 | 17 terms, scalar and vector loads), flat tiles of several
        * slabs, strips narrowed to 64 bytes and cut into chunks for
-       * parallelism, a long contiguous axis cut by size. */
+       * parallelism, a long contiguous axis cut by size, and columns of
+       * whole lines streamed one per thread (1100, 18, 257). */
       {3, 1, {9, 4, 12}},     {3, 1, {7, 5, 7}},   {3, 1, {5, 16, 8}},   {3, 1, {6, 17, 3}},
       {3, 1, {3000, 17, 5}},  {2, 1, {3000, 33}},  {3, 1, {2, 1500, 600}}, {2, 0, {30001, 2}},
+      {3, 1, {1100, 18, 257}},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];

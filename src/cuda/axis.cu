@@ -7,9 +7,11 @@
  * inner elements apart. One planner (ax_plan_make, a pure function of the
  * geometry, the dtype and the device facts read once per context) picks one
  * of three strategies:
- *  - short fibres (n <= AX_NR): a thread owns VEC adjacent columns and holds
- *    their whole fibres in registers; every load is issued before the first
- *    is used. Sums fold each column sequentially.
+ *  - columns in registers: a thread owns VEC adjacent columns. Short
+ *    fibres (n <= AX_NR) are held whole, every load issued before the first
+ *    is used; a sum whose rows are whole 128-byte lines, with a column for
+ *    every thread of a full device, streams its fibres in batches of AX_NR
+ *    loads. Either way a sum folds each column in one sequential chain.
  *  - tiles: a block copies a tile of (OB outer indices) x (CH rows) x (TI
  *    columns) into shared memory with cp.async (all of it in flight at
  *    once), reduces it there and writes the softmax from it, so x is read
@@ -17,12 +19,16 @@
  *    inner), the tile is OB whole slabs of contiguous memory; otherwise it
  *    is a strip of TI columns (at least 64 bytes wide where n allows).
  *  - chunks: fibres too long for a tile, or too few tiles to occupy the
- *    device, are cut into chunks of CH rows, one tile each. The tile kernel
- *    writes each chunk's statistics (a float64 sum, or a softmax's maximum
- *    and sum of exponentials against it); a second kernel folds them in
- *    chunk order per column. Softmax then reads x again in a third kernel,
- *    newest chunks first, so that what the first kernel read last is still
- *    in L2.
+ *    device, are cut into chunks of CH rows, one tile each. A softmax whose
+ *    tile fits in the shared memory of a thread-block cluster (up to
+ *    AX_CLUSTER_MAX blocks) gives each chunk to one block of the cluster:
+ *    the blocks exchange their column statistics through distributed shared
+ *    memory and each writes its chunk, so x is still read once. Otherwise
+ *    the tile kernel writes each chunk's statistics (a float64 sum, or a
+ *    softmax's maximum and sum of exponentials against it); a second kernel
+ *    folds them in chunk order per column. Softmax then reads x again in a
+ *    third kernel, newest chunks first, so that what the first kernel read
+ *    last is still in L2.
  * Inside a tile, each column's rows are cut into TY ordered segments (TY =
  * 256 / columns, so every thread works); segment results are combined in
  * segment order. Sums therefore fold consecutive terms in float64 in index
@@ -36,11 +42,17 @@
  */
 #include "cuda_internal.h"
 
+#include <cooperative_groups.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-enum { AX_SUM = 0, AX_SOFTMAX = 1 };
+namespace cg = cooperative_groups;
+
+/* The ops: a sum, a softmax, and a softmax whose fibre's chunks are held
+ * by the blocks of one thread-block cluster. */
+enum { AX_SUM = 0, AX_SOFTMAX = 1, AX_SOFTMAX_CL = 2 };
+static constexpr int AX_CLUSTER_MAX = 8; /* the portable cluster size */
 
 static constexpr int AX_THREADS = 256;
 static constexpr int AX_NR = 16; /* longest fibre held in registers */
@@ -110,6 +122,7 @@ struct ax_plan {
   int64_t units;              /* obs * tis * nch */
   int ob, ti;                 /* outer indices per tile; tile pitch (flat: inner) */
   int flat;                   /* the tile is whole rows of inner (contiguous) */
+  int cl;                     /* the nch chunks of a tile are one cluster's blocks */
   int ty, seg;                /* segments per column, rows per segment */
   int lgti;                   /* strips: log2(ti) */
   size_t tile_bytes, smem;    /* the tile; all dynamic shared memory */
@@ -125,9 +138,14 @@ struct ax_tile {
 
 static __device__ __forceinline__ ax_tile ax_tile_of(const ax_plan &p, int64_t u, bool reverse) {
   ax_tile t;
+  int64_t k;
+  if (p.cl) { /* chunks fastest: a cluster is nch consecutive blocks */
+    k = u % p.nch;
+    u /= p.nch;
+  }
   const int64_t it = u % p.tis, rest = u / p.tis;
   const int64_t ot = rest % p.obs;
-  int64_t k = rest / p.obs;
+  if (!p.cl) k = rest / p.obs;
   if (reverse) k = p.nch - 1 - k;
   t.k = (int)k;
   t.o0 = ot * p.ob;
@@ -175,7 +193,7 @@ struct ax_short {
   bk_divider dinner;
 };
 
-/* Short fibres (n <= NR): thread g owns columns [g*VEC, g*VEC + VEC) of the
+/* Columns in registers: thread g owns columns [g*VEC, g*VEC + VEC) of the
  * flat result index (VEC divides inner, so they share one outer index). */
 template <typename T, int OP, int VEC, int NR>
 static __global__ void __launch_bounds__(AX_THREADS)
@@ -188,21 +206,30 @@ static __global__ void __launch_bounds__(AX_THREADS)
     const int64_t o = (int64_t)bk_divider_q(p.dinner, (uint64_t)q);
     const int64_t off = o * p.n * p.inner + (q - o * p.inner);
     T v[NR][VEC];
-#pragma unroll
-    for (int j = 0; j < NR; j++)
-      if (j < n) bk_vload<VEC>(x + off + j * p.inner, v[j]);
     if constexpr (OP == AX_SUM) {
-      T out[VEC];
+      /* Any n: batches of NR loads in flight, folded in order. */
+      double acc[VEC];
 #pragma unroll
-      for (int e = 0; e < VEC; e++) {
-        double acc = -0.0; /* -0 + t == t: the fold starts at the first term */
+      for (int e = 0; e < VEC; e++) acc[e] = -0.0; /* -0 + t == t */
+      for (int64_t j0 = 0; j0 < p.n; j0 += NR) {
 #pragma unroll
         for (int j = 0; j < NR; j++)
-          if (j < n) acc += (double)v[j][e];
-        out[e] = (T)acc;
+          if (j0 + j < p.n) bk_vload<VEC>(x + off + (j0 + j) * p.inner, v[j]);
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+          if (j0 + j < p.n) {
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc[e] += (double)v[j][e];
+          }
       }
+      T out[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; e++) out[e] = (T)acc[e];
       bk_vstore_cs<VEC>(y + q, out);
     } else {
+#pragma unroll
+      for (int j = 0; j < NR; j++)
+        if (j < n) bk_vload<VEC>(x + off + j * p.inner, v[j]);
       T inv[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; e++) {
@@ -233,10 +260,12 @@ static __global__ void __launch_bounds__(AX_THREADS)
 }
 
 /* Tiles. Dynamic shared memory: the tile (tile_bytes), then ty * columns
- * float64 segment results, then (softmax) each column's maximum and
- * inverse sum. With nch > 1 the tile's statistics go to part: sums at
- * part[k*R + result], softmax maxima there and sums at part[(nch + k)*R +
- * result]. */
+ * float64 segment results, then (clusters) each column's float64 sum, then
+ * (softmax) each column's maximum and inverse sum. With nch > 1 and no
+ * cluster the tile's statistics go to part: sums at part[k*R + result],
+ * softmax maxima there and sums at part[(nch + k)*R + result]. In a cluster
+ * each block reads the others' column statistics from their shared memory
+ * (in rank order, so every block folds them alike) and writes its chunk. */
 template <typename T, int OP, int VEC>
 static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
     ax_tile_kernel(const T *__restrict__ x, T *__restrict__ y, double *__restrict__ part,
@@ -245,7 +274,8 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
   T *tile = reinterpret_cast<T *>(ax_smem);
   const int nq = p.ob * p.ti; /* columns of a full tile */
   double *red = reinterpret_cast<double *>(ax_smem + p.tile_bytes);
-  T *colm = reinterpret_cast<T *>(red + (p.ty > 1 ? nq * p.ty : 0));
+  double *clsum = red + (p.ty > 1 ? nq * p.ty : 0);
+  T *colm = reinterpret_cast<T *>(clsum + (OP == AX_SOFTMAX_CL ? nq : 0));
   T *colinv = colm + nq;
   const int tid = threadIdx.x;
   const int q = tid % nq, s = tid / nq; /* this thread's column and segment */
@@ -300,7 +330,7 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
       for (int r = r_lo; r < r_hi; r++) {
         const T v = cw[r * p.ti];
         const T ev = (v == m && m == (T)-INFINITY) ? (T)0 : ax_exp(v - m);
-        if (p.nch == 1) cw[r * p.ti] = ev;
+        if (p.nch == 1 || OP == AX_SOFTMAX_CL) cw[r * p.ti] = ev;
         sum += (double)ev;
       }
       if (p.ty > 1) {
@@ -312,7 +342,32 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
           for (int j = 0; j < p.ty; j++) sum += red[j * nq + q];
         }
       }
-      if (p.nch > 1) {
+      if constexpr (OP == AX_SOFTMAX_CL) {
+        cg::cluster_group cluster = cg::this_cluster();
+        if (s == 0) {
+          colm[q] = m;
+          clsum[q] = sum;
+        }
+        cluster.sync();
+        if (s == 0 && on) {
+          double M = -INFINITY, S = 0.0;
+          for (int r = 0; r < (int)p.nch; r++) M = fmax(M, (double)*cluster.map_shared_rank(colm + q, r));
+          for (int r = 0; r < (int)p.nch; r++) {
+            const double mr = (double)*cluster.map_shared_rank(colm + q, r);
+            const double sr = *cluster.map_shared_rank(clsum + q, r);
+            S += mr == -INFINITY ? sr : sr * exp(mr - M);
+          }
+          colinv[q] = (T)(exp((double)m - M) / S);
+        }
+        /* Every block has read the others' statistics before any moves on. */
+        cluster.sync();
+        ax_tile_each<VEC>(p, t, [&](int e, int64_t goff, int q0) {
+          T v[VEC];
+#pragma unroll
+          for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[q0 + j];
+          bk_vstore_cs<VEC>(y + goff, v);
+        });
+      } else if (p.nch > 1) {
         if (s == 0 && on) {
           part[(int64_t)t.k * p.R + res] = (double)m;
           part[(int64_t)(p.nch + t.k) * p.R + res] = sum;
@@ -401,7 +456,7 @@ static int64_t ax_pow2_floor(int64_t v) {
  * multiprocessor; target: the tile that lets AX_TILE_BLOCKS blocks (the
  * most their registers allow) share its shared memory. */
 static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int64_t n,
-                         int64_t inner, int64_t tmax, ax_plan *p) {
+                         int64_t inner, int64_t tmax, bool clusters, ax_plan *p) {
   const bk_cuda_ctx *cu = bk_cu(ctx);
   const int64_t sm = cu->sm_count;
   const int64_t extra = AX_THREADS * (8 + 2 * es); /* segment results, column values */
@@ -422,7 +477,8 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
   /* A softmax whose slab is too large for a tile takes strips when their
    * whole fibres fit (one pass) rather than chunks of the slab. */
   const bool strips_fit = inner >= line && n * line * es <= tmax;
-  if (inner <= AX_THREADS && (op == AX_SUM || slab <= tmax || !strips_fit)) {
+  const bool flat_sum = slab <= target || inner * es <= 256;
+  if (inner <= AX_THREADS && (op == AX_SUM ? flat_sum : slab <= tmax || !strips_fit)) {
     /* Flat tiles: OB whole slabs, or chunks of ch rows of one slab, all
      * contiguous. */
     p->flat = 1;
@@ -472,7 +528,44 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
     if (ch < p->ch) p->ch = ch;
   }
   p->nch = (n + p->ch - 1) / p->ch;
-  p->units = tiles * p->nch;
+  /* A softmax cut into chunks keeps a single pass when a cluster of at
+   * most AX_CLUSTER_MAX blocks holds the tile's whole fibres: contiguous
+   * slabs where they fit, else strips of 128 bytes or wider. Fibres too
+   * long even for a cluster take the three kernels. */
+  if (op == AX_SOFTMAX && p->nch > 1 && clusters) {
+    const int64_t cmax = AX_CLUSTER_MAX;
+    int64_t cti = 0;
+    if (inner <= AX_THREADS && slab <= cmax * target) {
+      cti = inner;
+    } else if (inner >= line) {
+      cti = ax_pow2_floor(inner < AX_THREADS ? inner : AX_THREADS);
+      while (cti > line && n * cti * es > cmax * target) cti /= 2;
+      if (n * cti * es > cmax * tmax) cti = 0;
+    }
+    if (cti > 0) {
+      const int64_t row = cti * es;
+      int64_t cs = (n * row + target - 1) / target;
+      if (cs < 2) cs = 2;
+      /* Few tiles: as many blocks per tile as the device has room for. */
+      const int64_t ctiles = cti == inner ? outer : outer * ((inner + cti - 1) / cti);
+      while (cs < cmax && ctiles * cs < sm && n / (cs * 2) >= 16) cs *= 2;
+      if (cs > cmax) cs = cmax;
+      const int64_t ch = (n + cs - 1) / cs;
+      if (ch * row <= tmax) {
+        p->cl = 1;
+        p->flat = cti == inner;
+        ti = cti;
+        ob = 1;
+        p->ti = (int)ti;
+        p->ob = 1;
+        p->obs = outer;
+        p->tis = p->flat ? 1 : (inner + ti - 1) / ti;
+        p->ch = ch;
+        p->nch = (n + ch - 1) / ch;
+      }
+    }
+  }
+  p->units = p->obs * p->tis * p->nch;
   /* Segments: the threads left over by the columns, each at least four rows. */
   const int64_t nq = ob * ti;
   int64_t ty = ax_pow2_floor(AX_THREADS / nq > 0 ? AX_THREADS / nq : 1);
@@ -485,7 +578,7 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
   while (((int64_t)1 << lg) < ti) lg++;
   p->lgti = lg;
   p->tile_bytes = (size_t)((ob * p->ch * ti * es + 15) / 16 * 16);
-  p->smem = p->tile_bytes + (size_t)(ty > 1 ? nq * ty * 8 : 0) +
+  p->smem = p->tile_bytes + (size_t)(ty > 1 ? nq * ty * 8 : 0) + (size_t)(p->cl ? nq * 8 : 0) +
             (op == AX_SOFTMAX ? (size_t)(2 * nq * es) : 0);
   p->tinner = ax_div32_make((uint64_t)inner);
   p->tch = ax_div32_make((uint64_t)p->ch);
@@ -506,7 +599,12 @@ template <typename T, int OP, int VEC>
 static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t outer,
                            int64_t n, int64_t inner) {
   cudaStream_t st = bk_stream(ctx);
-  if (n <= AX_NR) {
+  /* Columns in registers: short fibres, and sums whose rows span whole
+   * 128-byte lines with enough columns for a thread each on a full device
+   * (each column then folds its n terms in one sequential chain). */
+  const bk_cuda_ctx *cu = bk_cu(ctx);
+  if (n <= AX_NR || (OP == AX_SUM && inner * (int64_t)sizeof(T) >= 128 &&
+                     outer * inner / VEC >= (int64_t)cu->sm_count * 2048)) {
     /* A small parameter block: its size is part of every launch's cost. */
     ax_short p;
     p.n = n;
@@ -526,7 +624,33 @@ static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, in
   auto kern = ax_tile_kernel<T, OP, VEC>;
   if (!bk__cuda_func_prepare(ctx, (const void *)kern, (int)full, 100, 0, NULL))
     tmax = 48 * 1024 - AX_THREADS * (8 + 2 * (int64_t)sizeof(T));
-  ax_plan_make(ctx, OP, sizeof(T), outer, n, inner, tmax, &p);
+  ax_plan_make(ctx, OP, sizeof(T), outer, n, inner, tmax, true, &p);
+  if constexpr (OP == AX_SOFTMAX) {
+    if (p.cl) {
+      /* One cluster of nch blocks per tile; a device that refuses the
+       * cluster launch takes the three kernels instead. */
+      auto ck = ax_tile_kernel<T, AX_SOFTMAX_CL, VEC>;
+      if (bk__cuda_func_prepare(ctx, (const void *)ck, (int)full, 100, 0, NULL)) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)p.nch;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        const int64_t most = (int64_t)0x7fffffff / p.nch * p.nch;
+        cfg.gridDim = dim3((unsigned)(p.units < most ? p.units : most), 1, 1);
+        cfg.blockDim = dim3(AX_THREADS, 1, 1);
+        cfg.dynamicSmemBytes = p.smem;
+        cfg.stream = st;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, ck, x, y, (double *)NULL, p) == cudaSuccess)
+          return bk__cuda_launched(fn, "ax_tile_kernel (cluster)");
+      }
+      (void)cudaGetLastError();
+      ax_plan_make(ctx, OP, sizeof(T), outer, n, inner, tmax, false, &p);
+    }
+  }
   double *part = NULL;
   if (p.nch > 1) {
     const size_t words = (size_t)(OP == AX_SUM ? 1 : 2) * (size_t)p.nch * (size_t)p.R;
