@@ -551,7 +551,7 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
       while (cs < cmax && ctiles * cs < sm && n / (cs * 2) >= 16) cs *= 2;
       if (cs > cmax) cs = cmax;
       const int64_t ch = (n + cs - 1) / cs;
-      if (ch * row <= tmax) {
+      if (ch * row + 8 * cti <= tmax) { /* the tile and the cluster's column sums */
         p->cl = 1;
         p->flat = cti == inner;
         ti = cti;
