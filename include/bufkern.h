@@ -562,14 +562,15 @@ BK_API BK_NODISCARD bk_status bk_broadcast_to(bk_context *ctx, const bk_buffer *
 /* The sum-adjoint of bk_broadcast_to with the same geometry: din[i] is the
  * sum of dout[o] over every output coordinate o mapped to i, folded in
  * row-major order of the output, accumulated in float64 for both dtypes and
- * rounded once. On CUDA, when the results are too few to occupy the device
- * (fewer strips of 256 bytes of contiguous results than multiprocessors,
- * e.g. reducing (8192, 8192) to (1, 8192) in float32) and each result has
- * at least 2048 terms, every result's terms are cut into up to 16 segments
- * of consecutive terms, each folded in order in float64, and the segment
- * sums are added in order:
- * deterministic and within the contract's tolerance, but not bit-identical
- * to the CPU's single sequential fold. *out has product(in_dims) elements. An
+ * rounded once. On CUDA, where the adjoint is a sum along one axis of an
+ * (outer, n, inner) view of dout (the reduced output axes adjacent, the
+ * kept ones in input order), it is computed as bk_sum_axis describes; in
+ * other geometries, when the results are too few to occupy the device and
+ * each result has at least 2048 terms, every result's terms are cut into up
+ * to 16 segments of consecutive terms. Either way each segment is folded in
+ * order in float64 and the segment sums are added in order: deterministic
+ * and within the contract's tolerance, but not always bit-identical to the
+ * CPU's single sequential fold. *out has product(in_dims) elements. An
  * empty dout gives product(in_dims) zeros (the input can be non-empty when an
  * inserted output axis, or one reading an input axis of extent 1, has extent
  * 0). */
@@ -588,9 +589,11 @@ BK_API BK_NODISCARD bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer 
 /* Sum over `axis` (0 <= axis < rank), result row-major with the axis
  * removed. rank 0 returns a copy of the single element; a zero-extent axis
  * gives zeros. Summed in index order along the axis (float64 accumulation,
- * rounded once, on every backend; CUDA may cut a long axis with few results
- * into ordered segments, as bk_broadcast_to_adjoint describes). For rank 0, axis must be 0 and the result is
- * a copy. The result length is overflow-checked even when x is empty. */
+ * rounded once, on every backend). CUDA folds an axis of at most 16 terms
+ * as one sequential chain; a longer one may be cut into segments of
+ * consecutive terms, each folded in order, whose sums are added in order
+ * (deterministic, within the contract's tolerance, not always bit-identical
+ * to the CPU). For rank 0, axis must be 0 and the result is a copy. The result length is overflow-checked even when x is empty. */
 BK_API BK_NODISCARD bk_status bk_sum_axis(bk_context *ctx, const bk_buffer *x,
                                           const int64_t *dims, int rank, int axis,
                                           bk_buffer **out);

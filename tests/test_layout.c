@@ -755,6 +755,14 @@ static void sum_random(void) {
       {1, 0, {100000}},       {2, 0, {1000, 300}}, {2, 1, {300, 1000}},  {3, 1, {7, 5000, 9}},
       {3, 0, {33, 17, 600}},  {3, 2, {4, 5, 6}},   {4, 2, {3, 4, 5, 6}}, {2, 1, {100000, 3}},
       {3, 1, {2, 300, 700}},
+      /* The CUDA axis engine at its edges: fibres in registers (4 | 5 and
+       * 16 | 17 terms, scalar and vector loads), flat tiles of several
+       * slabs, strips narrowed to 64 bytes and cut into chunks for
+       * parallelism, a long contiguous axis cut by size, and columns of
+       * whole lines streamed one per thread (1100, 18, 257). */
+      {3, 1, {9, 4, 12}},     {3, 1, {7, 5, 7}},   {3, 1, {5, 16, 8}},   {3, 1, {6, 17, 3}},
+      {3, 1, {3000, 17, 5}},  {2, 1, {3000, 33}},  {3, 1, {2, 1500, 600}}, {2, 0, {30001, 2}},
+      {3, 1, {1100, 18, 257}},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];

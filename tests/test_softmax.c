@@ -146,6 +146,13 @@ static void softmax_random(void) {
        * 96 KB tile of 64-byte segments. */
       {3, {2, 700, 32}},  {3, {3, 37, 20}},  {3, {2, 5, 12}},  {3, {2, 4, 6}},
       {3, {2, 1536, 16}},
+      /* The CUDA axis engine: fibres in registers (4 | 5 and 16 | 17 rows),
+       * flat tiles of several slabs, chunks held by a cluster for
+       * parallelism (1, 200, 64) and by size (1, 4000, 16), and fibres too
+       * long for a cluster, flat (2, 30000, 4) and in strips (1, 8000, 40). */
+      {3, {9, 4, 12}},    {3, {7, 5, 7}},    {3, {5, 16, 8}},   {3, {6, 17, 3}},
+      {3, {1500, 20, 3}}, {3, {1, 200, 64}}, {3, {1, 4000, 16}}, {3, {2, 30000, 4}},
+      {3, {1, 8000, 40}},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];

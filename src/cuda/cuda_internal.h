@@ -302,6 +302,13 @@ bk_status bk__cuda_softmax_masked(bk_context *ctx, bk_dtype dt, const void *scor
 bk_status bk__cuda_softmax_rows_cached(bk_context *ctx, bk_dtype dt, const void *x,
                                        const void *mask, void *y, int64_t rows, int64_t cols,
                                        int *done);
+/* axis.cu: the (outer, n, inner) engine: softmax along n (inner > 1) and
+ * the sum along n (bk_sum_axis, and bk_broadcast_to_adjoint where its
+ * geometry is that sum); fn names the public function in messages. */
+bk_status bk__cuda_axis_softmax(bk_context *ctx, const char *fn, bk_dtype dt, const void *x,
+                                void *y, int64_t outer, int64_t n, int64_t inner);
+bk_status bk__cuda_axis_sum(bk_context *ctx, const char *fn, bk_dtype dt, const void *x, void *y,
+                            int64_t outer, int64_t n, int64_t inner);
 /* xent.cu */
 bk_status bk__cuda_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits,
                                       const void *w, void *y, int64_t rows, int64_t cols);
@@ -330,6 +337,7 @@ bk_status bk__cuda_broadcast_to_adjoint(bk_context *ctx, bk_dtype dt, const void
                                         void *din, const bk_bcast_geom *g);
 bk_status bk__cuda_swap_adjacent(bk_context *ctx, bk_dtype dt, const void *x, void *y,
                                  int64_t outer, int64_t a, int64_t b, int64_t inner);
+/* axis.cu */
 bk_status bk__cuda_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
                             int64_t n, int64_t inner);
 /* layernorm.cu */

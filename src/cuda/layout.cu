@@ -1,6 +1,7 @@
 /*
- * layout.cu — CUDA broadcasts, the broadcast adjoint, adjacent-axis swaps
- * and axis sums.
+ * layout.cu — CUDA broadcasts, the broadcast adjoint and adjacent-axis
+ * swaps. bk_sum_axis, and every adjoint that is a sum along the middle axis
+ * of an (outer, n, inner) tensor, run on the axis engine (axis.cu).
  *
  * Every primitive here is memory-bound; the kernels aim at the device's copy
  * bandwidth. The broadcasts write the output as a flat array in 16-byte
@@ -9,30 +10,28 @@
  * vectors when the inner extent is large and goes through a shared-memory
  * tile when it is small.
  *
- * The adjoint and bk_sum_axis fold each input element's terms sequentially
- * in row-major order of the output, exactly as the contract writes the sum,
- * in float64 for both dtypes (one rounding at the end for float32). Because
- * the fold order is fixed, the only parallelism is across input elements;
- * to keep enough bytes in flight the two common shapes stage their data
- * through a multi-stage cp.async pipeline in shared memory, where all threads
- * of a block load and one warp folds:
- *   - column fold: the innermost output axis is kept contiguous (reducing
- *     leading axes, e.g. (8192, 8192) -> (1, 8192), or bk_sum_axis with
- *     inner > 1): a block owns a strip of 256 bytes of columns (64 float32,
- *     32 float64), its loads are coalesced row segments, and thread c of the
- *     folding warps adds column c row after row.
- *     When there are too few strips to occupy the device, the rows are cut
- *     into ordered segments (one block each) whose float64 sums a second
+ * The other adjoints fold each input element's terms sequentially in
+ * row-major order of the output, exactly as the contract writes the sum, in
+ * float64 for both dtypes (one rounding at the end for float32). Because the
+ * fold order is fixed, the only parallelism is across input elements; to
+ * keep enough bytes in flight the two common shapes stage their data through
+ * a multi-stage cp.async pipeline in shared memory, where all threads of a
+ * block load and one warp folds:
+ *   - column fold: the innermost output axis is kept contiguous and several
+ *     reduced axes lie further out: a block owns a strip of 256 bytes of
+ *     columns (64 float32, 32 float64), its loads are coalesced row
+ *     segments, and thread c of the folding warps adds column c row after
+ *     row. When there are too few strips to occupy the device, the rows are
+ *     cut into ordered segments (one block each) whose float64 sums a second
  *     kernel, launched as a programmatic dependent so that it is waiting
- *     when the first completes, adds in segment order: the one place where
- *     the fold is not a single sequential chain (the header documents it);
- *   - row fold: only the innermost output axis is reduced (bk_sum_axis with
- *     inner == 1): a block owns 32 contiguous rows, and lane r adds row r
- *     element after element out of a padded tile.
+ *     when the first completes, adds in segment order (the header documents
+ *     it);
+ *   - row fold: only the innermost output axis is reduced: a block owns 32
+ *     contiguous rows, and lane r adds row r element after element out of a
+ *     padded tile.
  * Every other geometry takes a generic kernel with one thread per input
- * element and the same sequential fold. sum_axis is the adjoint of the
- * broadcast that inserts its axis, and broadcast_col is a broadcast_to; both
- * reuse those paths.
+ * element and the same sequential fold. broadcast_col is a broadcast_to and
+ * reuses its paths.
  */
 #include "cuda_internal.h"
 
@@ -650,6 +649,19 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
   if (n == 1 && stride[0] == 1)
     return copy_async(ctx, fn, din, dout, (size_t)geom->out_length * sizeof(T));
 
+  /* One reduced axis between contiguous kept ones, (outer, n, inner) with
+   * the input (outer, inner): the sum along n of axis.cu. */
+  if (n == 3 && stride[1] == 0 && stride[2] == 1 && stride[0] == dims[2])
+    return bk__cuda_axis_sum(ctx, fn, sizeof(T) == 4 ? BK_F32 : BK_F64, dout, din, dims[0],
+                             dims[1], dims[2]);
+  if (n == 1 && stride[0] == 0)
+    return bk__cuda_axis_sum(ctx, fn, sizeof(T) == 4 ? BK_F32 : BK_F64, dout, din, 1, dims[0], 1);
+  if (n == 2 && (stride[0] == 0) != (stride[1] == 0) && (stride[0] == 1 || stride[1] == 1))
+    return stride[0] == 0 ? bk__cuda_axis_sum(ctx, fn, sizeof(T) == 4 ? BK_F32 : BK_F64, dout,
+                                              din, 1, dims[0], dims[1])
+                          : bk__cuda_axis_sum(ctx, fn, sizeof(T) == 4 ? BK_F32 : BK_F64, dout,
+                                              din, dims[0], dims[1], 1);
+
   fold_geom g;
   memset(&g, 0, sizeof g);
   g.nkept = 1;
@@ -849,26 +861,5 @@ extern "C" bk_status bk__cuda_swap_adjacent(bk_context *ctx, bk_dtype dt, const 
     return launch_swap<float>(ctx, fn, (const float *)x, (float *)y, outer, a, b, inner);
   if (dt == BK_F64)
     return launch_swap<double>(ctx, fn, (const double *)x, (double *)y, outer, a, b, inner);
-  return bad_dtype(fn, dt);
-}
-
-/* The sum over the middle axis of (outer, n, inner) is the adjoint of the
- * broadcast that inserts that axis: the same fold, in index order along n. */
-extern "C" bk_status bk__cuda_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y,
-                                       int64_t outer, int64_t n, int64_t inner) {
-  static const char fn[] = "bk_sum_axis";
-  bk_bcast_geom g;
-  memset(&g, 0, sizeof g);
-  g.rank = 3;
-  g.out_dims[0] = outer;
-  g.out_dims[1] = n;
-  g.out_dims[2] = inner;
-  g.in_stride[0] = inner;
-  g.in_stride[1] = 0;
-  g.in_stride[2] = 1;
-  g.out_length = outer * n * inner;
-  g.in_length = outer * inner;
-  if (dt == BK_F32) return launch_fold<float>(ctx, fn, (const float *)x, (float *)y, &g);
-  if (dt == BK_F64) return launch_fold<double>(ctx, fn, (const double *)x, (double *)y, &g);
   return bad_dtype(fn, dt);
 }

@@ -1,0 +1,707 @@
+/*
+ * axis.cu — the CUDA engine for reductions along the middle axis of a
+ * contiguous (outer, n, inner) tensor: bk_softmax with inner > 1, bk_sum_axis
+ * and the broadcast adjoints that reduce to that geometry (layout.cu).
+ *
+ * A result column is one (o, c) pair, o < outer, c < inner; its n terms lie
+ * inner elements apart. One planner (ax_plan_make, a pure function of the
+ * geometry, the dtype and the device facts read once per context) picks one
+ * of three strategies:
+ *  - columns in registers: a thread owns VEC adjacent columns. Short
+ *    fibres (n <= AX_NR) are held whole, every load issued before the first
+ *    is used; a sum whose rows are whole 128-byte lines, with a column for
+ *    every thread of a full device, streams its fibres in batches of AX_NR
+ *    loads. Either way a sum folds each column in one sequential chain.
+ *  - tiles: a block copies a tile of (OB outer indices) x (CH rows) x (TI
+ *    columns) into shared memory with cp.async (all of it in flight at
+ *    once), reduces it there and writes the softmax from it, so x is read
+ *    once. When inner is small or the slab n*inner fits (flat tiles, TI =
+ *    inner), the tile is OB whole slabs of contiguous memory; otherwise it
+ *    is a strip of TI columns (at least 64 bytes wide where n allows).
+ *  - chunks: fibres too long for a tile, or too few tiles to occupy the
+ *    device, are cut into chunks of CH rows, one tile each. A softmax whose
+ *    tile fits in the shared memory of a thread-block cluster (up to
+ *    AX_CLUSTER_MAX blocks) gives each chunk to one block of the cluster:
+ *    the blocks exchange their column statistics through distributed shared
+ *    memory and each writes its chunk, so x is still read once. Otherwise
+ *    the tile kernel writes each chunk's statistics (a float64 sum, or a
+ *    softmax's maximum and sum of exponentials against it); a second kernel
+ *    folds them in chunk order per column. Softmax then reads x again in a
+ *    third kernel, newest chunks first, so that what the first kernel read
+ *    last is still in L2.
+ * Inside a tile, each column's rows are cut into TY ordered segments (TY =
+ * 256 / columns, so every thread works); segment results are combined in
+ * segment order. Sums therefore fold consecutive terms in float64 in index
+ * order and add the segment (and chunk) sums in order: deterministic, and a
+ * single sequential fold whenever a column has one segment and one chunk.
+ *
+ * Softmax follows the contract's IEEE rules: the maximum ignores NaN and
+ * every exponential is taken against the fibre's final maximum, so a fibre
+ * holding NaN, +inf or only -inf gives NaN everywhere. Exponentials are in
+ * T, sums in float64.
+ */
+#include "cuda_internal.h"
+
+#include <cooperative_groups.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+namespace cg = cooperative_groups;
+
+/* The ops: a sum, a softmax, and a softmax whose fibre's chunks are held
+ * by the blocks of one thread-block cluster. */
+enum { AX_SUM = 0, AX_SOFTMAX = 1, AX_SOFTMAX_CL = 2 };
+static constexpr int AX_CLUSTER_MAX = 8; /* the portable cluster size */
+
+static constexpr int AX_THREADS = 256;
+static constexpr int AX_NR = 16; /* longest fibre held in registers */
+static constexpr int AX_NR_SHORT = 4; /* fibres this short take fewer registers */
+static constexpr int AX_TILE_BLOCKS = 4; /* tile-kernel blocks sharing a multiprocessor */
+
+/* ---- device helpers ---------------------------------------------------------- */
+
+static __device__ __forceinline__ float ax_exp(float v) { return expf(v); }
+static __device__ __forceinline__ double ax_exp(double v) { return exp(v); }
+static __device__ __forceinline__ float ax_max(float a, float b) { return fmaxf(a, b); }
+static __device__ __forceinline__ double ax_max(double a, double b) { return fmax(a, b); }
+
+/* 1/s rounded to T: float32 takes the single-precision reciprocal of the
+ * rounded sum (within an ulp or two of the float64 quotient), float64 the
+ * float64 quotient. */
+template <typename T>
+static __device__ __forceinline__ T ax_recip(double s);
+template <>
+__device__ __forceinline__ float ax_recip<float>(double s) {
+  return 1.0f / (float)s;
+}
+template <>
+__device__ __forceinline__ double ax_recip<double>(double s) {
+  return 1.0 / s;
+}
+
+template <int N>
+static __device__ __forceinline__ void ax_cp_async(void *smem, const void *gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  if constexpr (N == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(N)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void ax_cp_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* Division of a tile index (< 2^31) by d >= 1: m = floor(2^32 / d) (2^32 - 1
+ * for d = 1) gives a quotient at most one too small, corrected once. */
+struct ax_div32 {
+  uint32_t d, m;
+};
+
+static inline ax_div32 ax_div32_make(uint64_t d) {
+  ax_div32 v;
+  v.d = (uint32_t)d;
+  v.m = d == 1 ? 0xffffffffu : (uint32_t)((((uint64_t)1) << 32) / d);
+  return v;
+}
+
+static __device__ __forceinline__ int ax_divq(const ax_div32 &v, int e) {
+  uint32_t q = __umulhi((uint32_t)e, v.m);
+  if ((uint32_t)e - q * v.d >= v.d) q++;
+  return (int)q;
+}
+
+/* ---- the plan ------------------------------------------------------------------ */
+
+struct ax_plan {
+  int64_t outer, n, inner, R; /* R = outer * inner results */
+  int64_t obs, tis, nch;      /* tiles along outer, along inner; chunks along n */
+  int64_t ch;                 /* rows per chunk (n when nch == 1) */
+  int64_t units;              /* obs * tis * nch */
+  int ob, ti;                 /* outer indices per tile; tile pitch (flat: inner) */
+  int flat;                   /* the tile is whole rows of inner (contiguous) */
+  int cl;                     /* the nch chunks of a tile are one cluster's blocks */
+  int ty, seg;                /* segments per column, rows per segment */
+  int lgti;                   /* strips: log2(ti) */
+  size_t tile_bytes, smem;    /* the tile; all dynamic shared memory */
+  ax_div32 tinner, tch;       /* division of tile indices by inner and by ch */
+};
+
+/* A tile: outer indices [o0, o0 + obc), rows [r0, r0 + rc), columns
+ * [c0, c0 + tw); its first element's offset in x. */
+struct ax_tile {
+  int64_t o0, r0, c0, base;
+  int obc, rc, tw, k;
+};
+
+static __device__ __forceinline__ ax_tile ax_tile_of(const ax_plan &p, int64_t u, bool reverse) {
+  ax_tile t;
+  int64_t k;
+  if (p.cl) { /* chunks fastest: a cluster is nch consecutive blocks */
+    k = u % p.nch;
+    u /= p.nch;
+  }
+  const int64_t it = u % p.tis, rest = u / p.tis;
+  const int64_t ot = rest % p.obs;
+  if (!p.cl) k = rest / p.obs;
+  if (reverse) k = p.nch - 1 - k;
+  t.k = (int)k;
+  t.o0 = ot * p.ob;
+  t.r0 = k * p.ch;
+  t.c0 = it * p.ti;
+  t.obc = (int)(p.outer - t.o0 < p.ob ? p.outer - t.o0 : p.ob);
+  t.rc = (int)(p.n - t.r0 < p.ch ? p.n - t.r0 : p.ch);
+  t.tw = p.flat ? (int)p.inner : (int)(p.inner - t.c0 < p.ti ? p.inner - t.c0 : p.ti);
+  t.base = t.o0 * p.n * p.inner + t.r0 * p.inner + t.c0;
+  return t;
+}
+
+/* Calls f(e, goff, q) for each VEC-element chunk of the tile taken by this
+ * thread: e its index in the shared tile, goff its offset in x and y, q the
+ * tile column of its first element (the chunk's columns are q .. q+VEC-1). */
+template <int VEC, typename F>
+static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_tile &t, F f) {
+  if (p.flat) {
+    /* Contiguous: rows of inner elements, slab after slab. */
+    const int count = t.obc * t.rc * (int)p.inner / VEC;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < count; i += AX_THREADS) {
+      const int e = i * VEC;
+      const int row = ax_divq(p.tinner, e);
+      const int c = e - row * (int)p.inner;
+      const int ob = p.ob > 1 ? ax_divq(p.tch, row) : 0;
+      f(e, t.base + e, ob * (int)p.inner + c);
+    }
+  } else {
+    constexpr int LV = VEC == 4 ? 2 : VEC == 2 ? 1 : 0;
+    const int lg = p.lgti - LV; /* log2 of VEC-element chunks per row */
+    const int count = t.rc << lg;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < count; i += AX_THREADS) {
+      const int r = i >> lg, c = (i & ((1 << lg) - 1)) * VEC;
+      if (c < t.tw) f(r * p.ti + c, t.base + (int64_t)r * p.inner + c, c);
+    }
+  }
+}
+
+/* ---- kernels ---------------------------------------------------------------------- */
+
+struct ax_short {
+  int64_t R, n, inner;
+  bk_divider dinner;
+};
+
+/* Columns in registers: thread g owns columns [g*VEC, g*VEC + VEC) of the
+ * flat result index (VEC divides inner, so they share one outer index). */
+template <typename T, int OP, int VEC, int NR>
+static __global__ void __launch_bounds__(AX_THREADS)
+    ax_reg_kernel(const T *__restrict__ x, T *__restrict__ y, ax_short p) {
+  const int64_t groups = p.R / VEC;
+  const int n = (int)p.n;
+  const int64_t step = (int64_t)gridDim.x * AX_THREADS;
+  for (int64_t g = (int64_t)blockIdx.x * AX_THREADS + threadIdx.x; g < groups; g += step) {
+    const int64_t q = g * VEC;
+    const int64_t o = (int64_t)bk_divider_q(p.dinner, (uint64_t)q);
+    const int64_t off = o * p.n * p.inner + (q - o * p.inner);
+    T v[NR][VEC];
+    if constexpr (OP == AX_SUM) {
+      /* Any n: batches of NR loads in flight, folded in order. */
+      double acc[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; e++) acc[e] = -0.0; /* -0 + t == t */
+      for (int64_t j0 = 0; j0 < p.n; j0 += NR) {
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+          if (j0 + j < p.n) bk_vload<VEC>(x + off + (j0 + j) * p.inner, v[j]);
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+          if (j0 + j < p.n) {
+#pragma unroll
+            for (int e = 0; e < VEC; e++) acc[e] += (double)v[j][e];
+          }
+      }
+      T out[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; e++) out[e] = (T)acc[e];
+      bk_vstore_cs<VEC>(y + q, out);
+    } else {
+#pragma unroll
+      for (int j = 0; j < NR; j++)
+        if (j < n) bk_vload<VEC>(x + off + j * p.inner, v[j]);
+      T inv[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; e++) {
+        T m = (T)-INFINITY;
+#pragma unroll
+        for (int j = 0; j < NR; j++)
+          if (j < n) m = ax_max(m, v[j][e]);
+        double s = 0.0;
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+          if (j < n) {
+            v[j][e] = (v[j][e] == m && m == (T)-INFINITY) ? (T)0 : ax_exp(v[j][e] - m);
+            s += (double)v[j][e];
+          }
+        }
+        inv[e] = ax_recip<T>(s);
+      }
+#pragma unroll
+      for (int j = 0; j < NR; j++) {
+        if (j < n) {
+#pragma unroll
+          for (int e = 0; e < VEC; e++) v[j][e] *= inv[e];
+          bk_vstore_cs<VEC>(y + off + j * p.inner, v[j]);
+        }
+      }
+    }
+  }
+}
+
+/* Tiles. Dynamic shared memory: the tile (tile_bytes), then ty * columns
+ * float64 segment results, then (clusters) each column's float64 sum, then
+ * (softmax) each column's maximum and inverse sum. With nch > 1 and no
+ * cluster the tile's statistics go to part: sums at part[k*R + result],
+ * softmax maxima there and sums at part[(nch + k)*R + result]. In a cluster
+ * each block reads the others' column statistics from their shared memory
+ * (in rank order, so every block folds them alike) and writes its chunk. */
+template <typename T, int OP, int VEC>
+static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
+    ax_tile_kernel(const T *__restrict__ x, T *__restrict__ y, double *__restrict__ part,
+                   ax_plan p) {
+  extern __shared__ __align__(16) unsigned char ax_smem[];
+  T *tile = reinterpret_cast<T *>(ax_smem);
+  const int nq = p.ob * p.ti; /* columns of a full tile */
+  double *red = reinterpret_cast<double *>(ax_smem + p.tile_bytes);
+  double *clsum = red + (p.ty > 1 ? nq * p.ty : 0);
+  T *colm = reinterpret_cast<T *>(clsum + (OP == AX_SOFTMAX_CL ? nq : 0));
+  T *colinv = colm + nq;
+  const int tid = threadIdx.x;
+  const int q = tid % nq, s = tid / nq; /* this thread's column and segment */
+
+  for (int64_t u = blockIdx.x; u < p.units; u += gridDim.x) {
+    const ax_tile t = ax_tile_of(p, u, false);
+    ax_tile_each<VEC>(p, t, [&](int e, int64_t goff, int) {
+      ax_cp_async<VEC * (int)sizeof(T)>(tile + e, x + goff);
+    });
+    ax_cp_wait_all();
+    __syncthreads();
+
+    /* Column q = (ob, c): rows [r_lo, r_hi) of its segment. */
+    const int ob = q / p.ti, c = q - ob * p.ti;
+    const bool on = s < p.ty && ob < t.obc && c < t.tw;
+    const int r_lo = s * p.seg, r_hi = on ? min(t.rc, r_lo + p.seg) : 0;
+    const T *col = tile + (ob * t.rc) * p.ti + c;
+    const int64_t res = (t.o0 + ob) * p.inner + t.c0 + c; /* result index */
+    if constexpr (OP == AX_SUM) {
+      double acc = -0.0;
+      for (int r = r_lo; r < r_hi; r++) acc += (double)col[r * p.ti];
+      if (p.ty > 1) {
+        if (s < p.ty) red[s * nq + q] = acc;
+        __syncthreads();
+        if (s == 0) {
+          acc = -0.0;
+          for (int j = 0; j < p.ty; j++) acc += red[j * nq + q];
+        }
+      }
+      if (s == 0 && on) {
+        if (p.nch == 1)
+          y[res] = (T)acc;
+        else
+          part[(int64_t)t.k * p.R + res] = acc;
+      }
+    } else {
+      T m = (T)-INFINITY;
+      for (int r = r_lo; r < r_hi; r++) m = ax_max(m, col[r * p.ti]);
+      if (p.ty > 1) {
+        if (s < p.ty) red[s * nq + q] = (double)m;
+        __syncthreads();
+        if (s == 0) {
+          for (int j = 1; j < p.ty; j++) m = ax_max(m, (T)red[j * nq + q]);
+          colm[q] = m;
+        }
+        __syncthreads();
+        m = colm[q];
+      }
+      /* The exponentials stay in the tile for the output (one pass). */
+      double sum = 0.0;
+      T *cw = tile + (ob * t.rc) * p.ti + c;
+      for (int r = r_lo; r < r_hi; r++) {
+        const T v = cw[r * p.ti];
+        const T ev = (v == m && m == (T)-INFINITY) ? (T)0 : ax_exp(v - m);
+        if (p.nch == 1 || OP == AX_SOFTMAX_CL) cw[r * p.ti] = ev;
+        sum += (double)ev;
+      }
+      if (p.ty > 1) {
+        __syncthreads(); /* every thread has read colm before red is reused */
+        if (s < p.ty) red[s * nq + q] = sum;
+        __syncthreads();
+        if (s == 0) {
+          sum = 0.0;
+          for (int j = 0; j < p.ty; j++) sum += red[j * nq + q];
+        }
+      }
+      if constexpr (OP == AX_SOFTMAX_CL) {
+        cg::cluster_group cluster = cg::this_cluster();
+        if (s == 0) {
+          colm[q] = m;
+          clsum[q] = sum;
+        }
+        cluster.sync();
+        if (s == 0 && on) {
+          double M = -INFINITY, S = 0.0;
+          for (int r = 0; r < (int)p.nch; r++) M = fmax(M, (double)*cluster.map_shared_rank(colm + q, r));
+          for (int r = 0; r < (int)p.nch; r++) {
+            const double mr = (double)*cluster.map_shared_rank(colm + q, r);
+            const double sr = *cluster.map_shared_rank(clsum + q, r);
+            S += mr == -INFINITY ? sr : sr * exp(mr - M);
+          }
+          colinv[q] = (T)(exp((double)m - M) / S);
+        }
+        /* Every block has read the others' statistics before any moves on. */
+        cluster.sync();
+        ax_tile_each<VEC>(p, t, [&](int e, int64_t goff, int q0) {
+          T v[VEC];
+#pragma unroll
+          for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[q0 + j];
+          bk_vstore_cs<VEC>(y + goff, v);
+        });
+      } else if (p.nch > 1) {
+        if (s == 0 && on) {
+          part[(int64_t)t.k * p.R + res] = (double)m;
+          part[(int64_t)(p.nch + t.k) * p.R + res] = sum;
+        }
+      } else {
+        if (s == 0) {
+          colm[q] = m;
+          colinv[q] = (T)(1.0 / sum);
+        }
+        __syncthreads();
+        ax_tile_each<VEC>(p, t, [&](int e, int64_t goff, int q0) {
+          T v[VEC];
+#pragma unroll
+          for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[q0 + j];
+          bk_vstore_cs<VEC>(y + goff, v);
+        });
+      }
+    }
+    /* The next tile's copies overwrite what this one still reads. */
+    __syncthreads();
+  }
+}
+
+/* Chunk statistics folded per result in chunk order: the sum (written to
+ * y), or the softmax maximum and inverse sum (written over chunk 0's
+ * statistics). */
+template <typename T, int OP>
+static __global__ void __launch_bounds__(AX_THREADS)
+    ax_fold_kernel(double *__restrict__ part, T *__restrict__ y, ax_plan p) {
+  const int64_t step = (int64_t)gridDim.x * AX_THREADS;
+  for (int64_t i = (int64_t)blockIdx.x * AX_THREADS + threadIdx.x; i < p.R; i += step) {
+    if constexpr (OP == AX_SUM) {
+      double acc = -0.0;
+      for (int64_t k = 0; k < p.nch; k++) acc += part[k * p.R + i];
+      y[i] = (T)acc;
+    } else {
+      double M = -INFINITY;
+      for (int64_t k = 0; k < p.nch; k++) M = fmax(M, part[k * p.R + i]);
+      double S = 0.0;
+      for (int64_t k = 0; k < p.nch; k++) {
+        const double mk = part[k * p.R + i], sk = part[(p.nch + k) * p.R + i];
+        S += mk == -INFINITY ? sk : sk * exp(mk - M);
+      }
+      part[i] = M;
+      part[p.nch * p.R + i] = 1.0 / S;
+    }
+  }
+}
+
+/* Chunked softmax output: x read again, newest chunks first. */
+template <typename T, int VEC>
+static __global__ void __launch_bounds__(AX_THREADS)
+    ax_finish_kernel(const T *__restrict__ x, T *__restrict__ y, const double *__restrict__ part,
+                     ax_plan p) {
+  extern __shared__ __align__(16) unsigned char ax_smem[];
+  T *colm = reinterpret_cast<T *>(ax_smem);
+  T *colinv = colm + p.ti; /* chunked tiles have ob == 1: ti columns */
+  for (int64_t u = blockIdx.x; u < p.units; u += gridDim.x) {
+    const ax_tile t = ax_tile_of(p, u, true);
+    const int64_t res0 = t.o0 * p.inner + t.c0;
+    for (int q = threadIdx.x; q < t.tw; q += AX_THREADS) {
+      colm[q] = (T)part[res0 + q];
+      colinv[q] = (T)part[p.nch * p.R + res0 + q];
+    }
+    __syncthreads();
+    ax_tile_each<VEC>(p, t, [&](int, int64_t goff, int q0) {
+      T v[VEC];
+      bk_vload<VEC>(x + goff, v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) v[j] = ax_exp(v[j] - colm[q0 + j]) * colinv[q0 + j];
+      bk_vstore_cs<VEC>(y + goff, v);
+    });
+    __syncthreads(); /* the next tile's columns overwrite these */
+  }
+}
+
+/* ---- planner ------------------------------------------------------------------------ */
+
+static int64_t ax_pow2_floor(int64_t v) {
+  int64_t p = 1;
+  while (p * 2 <= v) p *= 2;
+  return p;
+}
+
+/* tmax: the largest tile the device gives a block, two blocks per
+ * multiprocessor; target: the tile that lets AX_TILE_BLOCKS blocks (the
+ * most their registers allow) share its shared memory. */
+static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int64_t n,
+                         int64_t inner, int64_t tmax, bool clusters, ax_plan *p) {
+  const bk_cuda_ctx *cu = bk_cu(ctx);
+  const int64_t sm = cu->sm_count;
+  const int64_t extra = AX_THREADS * (8 + 2 * es); /* segment results, column values */
+  const int64_t per_sm = cu->facts.smem_per_sm;
+  int64_t target = per_sm / AX_TILE_BLOCKS - cu->facts.smem_reserved - extra;
+  if (target > tmax) target = tmax;
+  const int64_t line = 128 / es; /* elements in a 128-byte line */
+
+  memset(p, 0, sizeof *p);
+  p->outer = outer;
+  p->n = n;
+  p->inner = inner;
+  p->R = outer * inner;
+  p->nch = 1;
+  p->ch = n;
+  int64_t ob = 1, ti;
+  const int64_t slab = n * inner * es;
+  /* A softmax whose slab is too large for a tile takes strips when their
+   * whole fibres fit (one pass) rather than chunks of the slab. */
+  const bool strips_fit = inner >= line && n * line * es <= tmax;
+  const bool flat_sum = slab <= target || inner * es <= 256;
+  if (inner <= AX_THREADS && (op == AX_SUM ? flat_sum : slab <= tmax || !strips_fit)) {
+    /* Flat tiles: OB whole slabs, or chunks of ch rows of one slab, all
+     * contiguous. */
+    p->flat = 1;
+    ti = inner;
+    if (slab <= (op == AX_SUM ? target : tmax)) {
+      ob = AX_THREADS / inner;
+      if (ob > target / slab) ob = target / slab;
+      /* Leave at least four tiles per multiprocessor where outer allows. */
+      if (ob > outer / (4 * sm)) ob = outer / (4 * sm);
+      if (ob < 1) ob = 1;
+    } else {
+      p->ch = target / (inner * es);
+    }
+  } else {
+    /* Strips of whole 128-byte lines at least. A softmax takes the widest
+     * (up to 256 columns) whose n rows fit the target, else 128 bytes when
+     * those fit the largest tile, else chunks of strips of 512 bytes; a sum
+     * takes the widest whose rows fit the target, down to 256 bytes, in
+     * chunks of target size. */
+    ti = ax_pow2_floor(inner < AX_THREADS ? inner : AX_THREADS);
+    if (op == AX_SUM) {
+      while (ti > 256 / es && n * ti * es > target) ti /= 2;
+      p->ch = target / (ti * es);
+    } else {
+      while (ti > line && n * ti * es > target) ti /= 2;
+      if (n * ti * es > tmax) {
+        ti = ax_pow2_floor(inner < AX_THREADS ? inner : AX_THREADS);
+        if (ti > 512 / es) ti = 512 / es;
+        p->ch = target / (ti * es);
+      }
+    }
+    if (p->ch > n) p->ch = n;
+  }
+  p->ob = (int)ob;
+  p->ti = (int)ti;
+  p->obs = (outer + ob - 1) / ob;
+  p->tis = p->flat ? 1 : (inner + ti - 1) / ti;
+  /* Too few tiles to occupy the device: cut the fibres into chunks. A sum
+   * pays only the chunk statistics; a softmax reads x twice, which only
+   * pays when fewer than half the multiprocessors would have a tile. */
+  const int64_t tiles = p->obs * p->tis;
+  if (ob == 1 && n >= 2 * 64 &&
+      (p->ch < n || (op == AX_SUM ? tiles < 2 * sm : 2 * tiles < sm))) {
+    int64_t nch = (4 * sm + tiles - 1) / tiles;
+    if (nch > n / 64) nch = n / 64;
+    const int64_t ch = (n + nch - 1) / nch;
+    if (ch < p->ch) p->ch = ch;
+  }
+  p->nch = (n + p->ch - 1) / p->ch;
+  /* A softmax cut into chunks keeps a single pass when a cluster of at
+   * most AX_CLUSTER_MAX blocks holds the tile's whole fibres: contiguous
+   * slabs where they fit, else strips of 128 bytes or wider. Fibres too
+   * long even for a cluster take the three kernels. */
+  if (op == AX_SOFTMAX && p->nch > 1 && clusters) {
+    const int64_t cmax = AX_CLUSTER_MAX;
+    int64_t cti = 0;
+    if (inner <= AX_THREADS && slab <= cmax * target) {
+      cti = inner;
+    } else if (inner >= line) {
+      cti = ax_pow2_floor(inner < AX_THREADS ? inner : AX_THREADS);
+      while (cti > line && n * cti * es > cmax * target) cti /= 2;
+      if (n * cti * es > cmax * tmax) cti = 0;
+    }
+    if (cti > 0) {
+      const int64_t row = cti * es;
+      int64_t cs = (n * row + target - 1) / target;
+      if (cs < 2) cs = 2;
+      /* Few tiles: as many blocks per tile as the device has room for. */
+      const int64_t ctiles = cti == inner ? outer : outer * ((inner + cti - 1) / cti);
+      while (cs < cmax && ctiles * cs < sm && n / (cs * 2) >= 16) cs *= 2;
+      if (cs > cmax) cs = cmax;
+      const int64_t ch = (n + cs - 1) / cs;
+      if (ch * row + 8 * cti <= tmax) { /* the tile and the cluster's column sums */
+        p->cl = 1;
+        p->flat = cti == inner;
+        ti = cti;
+        ob = 1;
+        p->ti = (int)ti;
+        p->ob = 1;
+        p->obs = outer;
+        p->tis = p->flat ? 1 : (inner + ti - 1) / ti;
+        p->ch = ch;
+        p->nch = (n + ch - 1) / ch;
+      }
+    }
+  }
+  p->units = p->obs * p->tis * p->nch;
+  /* Segments: the threads left over by the columns, each at least four rows. */
+  const int64_t nq = ob * ti;
+  int64_t ty = ax_pow2_floor(AX_THREADS / nq > 0 ? AX_THREADS / nq : 1);
+  while (ty > 1 && ty * 4 > p->ch) ty /= 2;
+  int64_t seg = (p->ch + ty - 1) / ty;
+  if (ty > 1 && seg % 2 == 0) seg++; /* odd: segments start in different banks */
+  p->ty = (int)ty;
+  p->seg = (int)seg;
+  int lg = 0;
+  while (((int64_t)1 << lg) < ti) lg++;
+  p->lgti = lg;
+  p->tile_bytes = (size_t)((ob * p->ch * ti * es + 15) / 16 * 16);
+  p->smem = p->tile_bytes + (size_t)(ty > 1 ? nq * ty * 8 : 0) + (size_t)(p->cl ? nq * 8 : 0) +
+            (op == AX_SOFTMAX ? (size_t)(2 * nq * es) : 0);
+  p->tinner = ax_div32_make((uint64_t)inner);
+  p->tch = ax_div32_make((uint64_t)p->ch);
+}
+
+/* ---- launchers ---------------------------------------------------------------------- */
+
+/* The largest dynamic shared memory a tile kernel asks for, fixed per
+ * context so that its attribute is set once. */
+static int64_t ax_tmax(bk_context *ctx, int64_t es) {
+  const bk_cuda_facts &f = bk_cu(ctx)->facts;
+  int64_t t = f.smem_per_sm / 2 - f.smem_reserved;
+  if (t > f.smem_optin) t = f.smem_optin;
+  return t - AX_THREADS * (8 + 2 * es);
+}
+
+template <typename T, int OP, int VEC>
+static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t outer,
+                           int64_t n, int64_t inner) {
+  cudaStream_t st = bk_stream(ctx);
+  /* Columns in registers: short fibres, and sums whose rows span whole
+   * 128-byte lines with enough columns for a thread each on a full device
+   * (each column then folds its n terms in one sequential chain). */
+  const bk_cuda_ctx *cu = bk_cu(ctx);
+  if (n <= AX_NR || (OP == AX_SUM && inner * (int64_t)sizeof(T) >= 128 &&
+                     outer * inner / VEC >= (int64_t)cu->sm_count * 2048)) {
+    /* A small parameter block: its size is part of every launch's cost. */
+    ax_short p;
+    p.n = n;
+    p.inner = inner;
+    p.R = outer * inner;
+    p.dinner = bk_divider_make((uint64_t)inner);
+    const unsigned grid = bk_cuda_blocks(ctx, p.R / VEC, AX_THREADS);
+    if (n <= AX_NR_SHORT)
+      ax_reg_kernel<T, OP, VEC, AX_NR_SHORT><<<grid, AX_THREADS, 0, st>>>(x, y, p);
+    else
+      ax_reg_kernel<T, OP, VEC, AX_NR><<<grid, AX_THREADS, 0, st>>>(x, y, p);
+    return bk__cuda_launched(fn, "ax_reg_kernel");
+  }
+  ax_plan p;
+  int64_t tmax = ax_tmax(ctx, sizeof(T));
+  const int64_t full = tmax + AX_THREADS * (8 + 2 * (int64_t)sizeof(T));
+  auto kern = ax_tile_kernel<T, OP, VEC>;
+  if (!bk__cuda_func_prepare(ctx, (const void *)kern, (int)full, 100, 0, NULL))
+    tmax = 48 * 1024 - AX_THREADS * (8 + 2 * (int64_t)sizeof(T));
+  ax_plan_make(ctx, OP, sizeof(T), outer, n, inner, tmax, true, &p);
+  if constexpr (OP == AX_SOFTMAX) {
+    if (p.cl) {
+      /* One cluster of nch blocks per tile; a device that refuses the
+       * cluster launch takes the three kernels instead. */
+      auto ck = ax_tile_kernel<T, AX_SOFTMAX_CL, VEC>;
+      if (bk__cuda_func_prepare(ctx, (const void *)ck, (int)full, 100, 0, NULL)) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = (unsigned)p.nch;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        const int64_t most = (int64_t)0x7fffffff / p.nch * p.nch;
+        cfg.gridDim = dim3((unsigned)(p.units < most ? p.units : most), 1, 1);
+        cfg.blockDim = dim3(AX_THREADS, 1, 1);
+        cfg.dynamicSmemBytes = p.smem;
+        cfg.stream = st;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, ck, x, y, (double *)NULL, p) == cudaSuccess)
+          return bk__cuda_launched(fn, "ax_tile_kernel (cluster)");
+      }
+      (void)cudaGetLastError();
+      ax_plan_make(ctx, OP, sizeof(T), outer, n, inner, tmax, false, &p);
+    }
+  }
+  double *part = NULL;
+  if (p.nch > 1) {
+    const size_t words = (size_t)(OP == AX_SUM ? 1 : 2) * (size_t)p.nch * (size_t)p.R;
+    bk_status s = bk__cuda_scratch(ctx, fn, words * sizeof(double), (void **)&part);
+    if (s != BK_OK) return s;
+  }
+  const unsigned grid = bk_cuda_grid(p.units);
+  kern<<<grid, AX_THREADS, p.smem, st>>>(x, y, part, p);
+  bk_status s = bk__cuda_launched(fn, "ax_tile_kernel");
+  if (s == BK_OK && p.nch > 1) {
+    ax_fold_kernel<T, OP><<<bk_cuda_blocks(ctx, p.R, AX_THREADS), AX_THREADS, 0, st>>>(part, y,
+                                                                                       p);
+    s = bk__cuda_launched(fn, "ax_fold_kernel");
+    if (s == BK_OK && OP == AX_SOFTMAX) {
+      ax_finish_kernel<T, VEC>
+          <<<grid, AX_THREADS, 2 * (size_t)p.ti * sizeof(T), st>>>(x, y, part, p);
+      s = bk__cuda_launched(fn, "ax_finish_kernel");
+    }
+  }
+  if (part) bk__cuda_scratch_free(ctx, part);
+  return s;
+}
+
+/* 16-byte vectors when both pointers are aligned and inner is a multiple of
+ * the vector width (so no vector crosses a row). */
+template <typename T, int OP>
+static bk_status ax_run(bk_context *ctx, const char *fn, const void *x, void *y, int64_t outer,
+                        int64_t n, int64_t inner) {
+  constexpr int V = 16 / (int)sizeof(T);
+  if (bk_aligned16(x) && bk_aligned16(y) && inner % V == 0)
+    return ax_launch<T, OP, V>(ctx, fn, (const T *)x, (T *)y, outer, n, inner);
+  return ax_launch<T, OP, 1>(ctx, fn, (const T *)x, (T *)y, outer, n, inner);
+}
+
+/* ---- entries ---------------------------------------------------------------------------- */
+
+extern "C" bk_status bk__cuda_axis_softmax(bk_context *ctx, const char *fn, bk_dtype dt,
+                                           const void *x, void *y, int64_t outer, int64_t n,
+                                           int64_t inner) {
+  if (dt == BK_F32) return ax_run<float, AX_SOFTMAX>(ctx, fn, x, y, outer, n, inner);
+  return ax_run<double, AX_SOFTMAX>(ctx, fn, x, y, outer, n, inner);
+}
+
+extern "C" bk_status bk__cuda_axis_sum(bk_context *ctx, const char *fn, bk_dtype dt,
+                                       const void *x, void *y, int64_t outer, int64_t n,
+                                       int64_t inner) {
+  if (dt == BK_F32) return ax_run<float, AX_SUM>(ctx, fn, x, y, outer, n, inner);
+  return ax_run<double, AX_SUM>(ctx, fn, x, y, outer, n, inner);
+}
+
+extern "C" bk_status bk__cuda_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y,
+                                       int64_t outer, int64_t n, int64_t inner) {
+  return bk__cuda_axis_sum(ctx, "bk_sum_axis", dt, x, y, outer, n, inner);
+}
