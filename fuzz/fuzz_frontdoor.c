@@ -575,7 +575,9 @@ static void op_conv(reader *r, pool *pl) {
     dil[a] = i64_arg(r, 1, 3);
     if (skip_known_conv(kd[2 + a], pb[a], dil[a])) return;
   }
-  for (int i = in_rank < DIMS_CAP ? in_rank : DIMS_CAP; i-- > ex + 1 + sr;) d[i] = dim_arg(r);
+  /* in_rank may be any int (INT_MIN included): the loop starts from it clamped to [0, DIMS_CAP]. */
+  for (int i = in_rank < 0 ? 0 : in_rank < DIMS_CAP ? in_rank : DIMS_CAP; i-- > ex + 1 + sr;)
+    d[i] = dim_arg(r);
 
   /* The expected output, per the header; -1 where a rule rejects or a size
    * overflows. */
