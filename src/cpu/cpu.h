@@ -14,7 +14,11 @@
 
 #include "../backend.h"
 
+#include <stddef.h>
 #include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static inline double bk_ld(bk_dtype dt, const void *p, int64_t i) {
   return dt == BK_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
@@ -29,6 +33,55 @@ static inline void bk_st(bk_dtype dt, void *p, int64_t i, double v) {
 
 /* Loops shorter than this many element operations stay on one thread. */
 #define BK_CPU_PARALLEL_MIN 32768
+
+/* Largest per-thread scratch (bytes) a kernel takes to write its output
+ * only once; a fibre needing more is written in place instead. */
+#define BK_CPU_SCRATCH_MAX ((int64_t)8 << 20)
+
+/* Threads for a loop over `work` element operations: one below
+ * BK_CPU_PARALLEL_MIN, else OpenMP's team size. */
+static inline int bk_cpu_threads(int64_t work) {
+#ifdef _OPENMP
+  return work >= BK_CPU_PARALLEL_MIN ? omp_get_max_threads() : 1;
+#else
+  (void)work;
+  return 1;
+#endif
+}
+
+/* The calling thread's number in its team (0 outside a parallel region). */
+static inline int bk_cpu_thread(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/* In a parallel region: the calling thread's block [*u0, *u1) of n units,
+ * the static split of n over the team (one contiguous block per thread).
+ * Kernels compute every unit the same way whatever block it falls in. */
+static inline void bk_cpu_block(int64_t n, int64_t *u0, int64_t *u1) {
+#ifdef _OPENMP
+  int64_t t = omp_get_num_threads(), i = omp_get_thread_num();
+#else
+  int64_t t = 1, i = 0;
+#endif
+  int64_t q = n / t, rem = n % t;
+  *u0 = i * q + (i < rem ? i : rem);
+  *u1 = *u0 + q + (i < rem);
+}
+
+/* Whether an output of `bytes` should be written with streaming stores:
+ * when it exceeds the last-level cache of ctx's machine (read once per
+ * context). */
+int bk__cpu_streams(const bk_context *ctx, size_t bytes);
+
+/* Test hook: outputs above `bytes` stream on ctx (a CPU context) from now
+ * on; 0 makes every output stream, SIZE_MAX none. Returns the previous
+ * threshold (0 for a context that is not a CPU one, which is left alone).
+ * The tests use it to run each kernel through both of its store paths. */
+BK_API size_t bk__cpu_set_stream_bytes(bk_context *ctx, size_t bytes);
 
 /* ---- families (one file each under src/cpu) ------------------------------ */
 

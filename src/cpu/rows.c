@@ -17,17 +17,42 @@
 #include <omp.h>
 #endif
 
-/* ---- sum and max ------------------------------------------------------------ */
+#define BK_T float
+#define BK_T_F32 1
+#include "typed_t.h"
+#include "rows_t.h"
+#undef BK_T
+#undef BK_T_F32
+
+#define BK_T double
+#define BK_T_F32 0
+#include "typed_t.h"
+#include "rows_t.h"
+#undef BK_T
+#undef BK_T_F32
+
+/* ---- sum, max and the first-max mask ------------------------------------------ */
+
+/* Each thread takes one contiguous block of rows (bk_cpu_block); the
+ * float32 and float64 kernels are the two instances of rows_t.h. */
+#define ROWS_RUN(threads, KERNEL, dt, ...)                      \
+  do {                                                          \
+    _Pragma("omp parallel num_threads(threads) if (threads > 1)") \
+    {                                                           \
+      int64_t r0_, r1_;                                         \
+      bk_cpu_block(rows, &r0_, &r1_);                           \
+      if ((dt) == BK_F32)                                       \
+        KERNEL##_f32(__VA_ARGS__);                              \
+      else                                                      \
+        KERNEL##_f64(__VA_ARGS__);                              \
+    }                                                           \
+  } while (0)
 
 bk_status bk__cpu_rows_sum(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
                            int64_t cols) {
   (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    double s = 0.0;
-    for (int64_t j = 0; j < cols; j++) s += bk_ld(dt, x, r * cols + j);
-    bk_st(dt, y, r, s);
-  }
+  const int threads = bk_cpu_threads(rows * cols);
+  ROWS_RUN(threads, rows_sum_block, dt, x, y, r0_, r1_, cols);
   return BK_OK;
 }
 
@@ -36,40 +61,17 @@ bk_status bk__cpu_rows_sum(bk_context *ctx, bk_dtype dt, const void *x, void *y,
 bk_status bk__cpu_rows_max(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
                            int64_t cols) {
   (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    double m = -INFINITY;
-    for (int64_t j = 0; j < cols; j++) {
-      double v = bk_ld(dt, x, r * cols + j);
-      if (v > m) m = v;
-    }
-    bk_st(dt, y, r, m);
-  }
+  const int threads = bk_cpu_threads(rows * cols);
+  ROWS_RUN(threads, rows_max_block, dt, x, y, r0_, r1_, cols);
   return BK_OK;
 }
 
-/* ---- first-max mask ------------------------------------------------------------ */
-
-/* The literal scan: start at index 0 and move only to an entry strictly
- * greater than the current best. NaN is never strictly greater, and nothing
- * is strictly greater than a NaN, so a NaN at index 0 stays selected and a
- * NaN later in the row is never selected. */
 bk_status bk__cpu_rows_first_max_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
                                       int64_t rows, int64_t cols) {
-  (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t base = r * cols, best = 0;
-    double bv = bk_ld(dt, x, base);
-    for (int64_t j = 1; j < cols; j++) {
-      double v = bk_ld(dt, x, base + j);
-      if (v > bv) {
-        bv = v;
-        best = j;
-      }
-    }
-    for (int64_t j = 0; j < cols; j++) bk_st(dt, y, base + j, j == best ? 1.0 : 0.0);
-  }
+  const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
+  const int threads = bk_cpu_threads(rows * cols);
+  const int stream = bk__cpu_streams(ctx, (size_t)(rows * cols) * es);
+  ROWS_RUN(threads, rows_first_max_block, dt, x, y, r0_, r1_, cols, stream);
   return BK_OK;
 }
 
@@ -209,35 +211,28 @@ bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, vo
 /* ---- hard-masked softmax ---------------------------------------------------------------- */
 
 /*
- * Only allowed entries (mask != 0, NaN included) are ever read from scores,
- * so a blocked score cannot influence anything, whatever its value. Over the
- * allowed entries the IEEE behaviour of bk_softmax holds: a NaN or +inf among
- * them, or only -inf, makes every allowed entry NaN. Blocked entries are
- * written as +0 and a row with no allowed entry is all +0.
+ * Only allowed entries (mask != 0, NaN included) influence the result:
+ * blocked scores are discarded by selects, so whatever their value they
+ * change nothing. Over the allowed entries the IEEE behaviour of bk_softmax
+ * holds: a NaN or +inf among them, or only -inf, makes every allowed entry
+ * NaN. Blocked entries are written as +0 and a row with no allowed entry is
+ * all +0. As in softmax.c, a large output streams, its exponentials kept
+ * in per-thread scratch.
  */
 bk_status bk__cpu_rows_masked_softmax(bk_context *ctx, bk_dtype dt, const void *scores,
                                       const void *mask, void *y, int64_t rows, int64_t cols) {
-  (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t base = r * cols;
-    double m = -INFINITY, s = 0.0;
-    bool any = false;
-    for (int64_t j = 0; j < cols; j++) {
-      if (bk_ld(dt, mask, base + j) == 0.0) continue;
-      double v = bk_ld(dt, scores, base + j);
-      any = true;
-      if (v > m) m = v;
-    }
-    if (any) {
-      for (int64_t j = 0; j < cols; j++)
-        if (bk_ld(dt, mask, base + j) != 0.0) s += exp(bk_ld(dt, scores, base + j) - m);
-    }
-    for (int64_t j = 0; j < cols; j++) {
-      double out = 0.0;
-      if (any && bk_ld(dt, mask, base + j) != 0.0) out = exp(bk_ld(dt, scores, base + j) - m) / s;
-      bk_st(dt, y, base + j, out);
-    }
+  const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
+  const int threads = bk_cpu_threads(rows * cols);
+  const int stream = bk__cpu_streams(ctx, (size_t)(rows * cols) * es) &&
+                     cols * (int64_t)es <= BK_CPU_SCRATCH_MAX;
+  char *scratch = NULL;
+  if (stream) {
+    scratch = bk__host_alloc("bk_rows_masked_softmax", "scratch", (size_t)threads * (size_t)cols, es);
+    if (!scratch) return BK_ERR_OUT_OF_MEMORY;
   }
+  ROWS_RUN(threads, masked_softmax_block, dt, scores, mask, y, r0_, r1_, cols,
+           scratch ? (void *)(scratch + (size_t)bk_cpu_thread() * (size_t)cols * es) : NULL,
+           stream);
+  bk__host_free(scratch);
   return BK_OK;
 }

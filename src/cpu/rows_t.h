@@ -1,0 +1,143 @@
+/*
+ * rows_t.h — the typed kernels of rows.c (sum, max, first-max mask, masked
+ * softmax), a template included once per dtype after typed_t.h. Each kernel
+ * takes a block of rows [r0, r1); a row's result depends only on the row.
+ */
+
+/* Rows shorter than this are folded one element after another: the lane
+ * layout only pays once a row fills the lanes. */
+#define ROWS_NARROW BK_LANES
+
+/* sum of x[0..n) in float64: element j goes to partial j % BK_LANES (the
+ * tail after the last full group to partials 0, 1, ...), the partials
+ * folded pairwise; a row narrower than the lanes is summed in index order. */
+static inline double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
+  double s = 0.0;
+  if (n < ROWS_NARROW) {
+    for (int64_t j = 0; j < n; j++) s += (double)x[j];
+    return s;
+  }
+  double lane[BK_LANES] = {0};
+  int64_t j = 0;
+  for (; j + BK_LANES <= n; j += BK_LANES) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) lane[l] += (double)x[j + l];
+  }
+  for (int l = 0; j < n; j++, l++) lane[l] += (double)x[j];
+  for (int w = BK_LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+  return lane[0];
+}
+
+static void BK_FN(rows_sum_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
+  for (int64_t r = r0; r < r1; r++) y[r] = (BK_T)BK_FN(rk_sum64)(x + r * n, n);
+}
+
+static void BK_FN(rows_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
+  for (int64_t r = r0; r < r1; r++) {
+    const BK_T *xr = x + r * n;
+    BK_T m = -INFINITY;
+    if (n < ROWS_NARROW) {
+      for (int64_t j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m;
+    } else {
+      m = BK_FN(rk_max)(xr, n);
+    }
+    y[r] = n == 0 ? (BK_T)0 : m;
+  }
+}
+
+/* The literal first-max scan (start at index 0, move only to a strictly
+ * greater entry) over lanes: each lane keeps its first strict maximum, the
+ * lanes are combined by value then lowest index. A NaN at index 0 stays
+ * selected (nothing is greater than it); a later NaN never is; a row with
+ * nothing above -inf selects index 0. */
+static inline int64_t BK_FN(rk_first_max)(const BK_T *restrict x, int64_t n) {
+  if (x[0] != x[0]) return 0;
+  BK_T lv[BK_LANES];
+  int64_t li[BK_LANES];
+  for (int l = 0; l < BK_LANES; l++) {
+    lv[l] = -INFINITY;
+    li[l] = 0;
+  }
+  int64_t j = 0;
+  for (; j + BK_LANES <= n; j += BK_LANES) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) {
+      int up = x[j + l] > lv[l];
+      lv[l] = up ? x[j + l] : lv[l];
+      li[l] = up ? j + l : li[l];
+    }
+  }
+  BK_T bv = -INFINITY;
+  int64_t best = 0;
+  for (int l = 0; l < BK_LANES; l++)
+    if (lv[l] > bv || (lv[l] == bv && bv > -INFINITY && li[l] < best)) {
+      bv = lv[l];
+      best = li[l];
+    }
+  for (; j < n; j++)
+    if (x[j] > bv) {
+      bv = x[j];
+      best = j;
+    }
+  return best;
+}
+
+static void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
+                                        int64_t n, int stream) {
+  BK_T tile[BK_CHUNK];
+  for (int64_t r = r0; r < r1; r++) {
+    const int64_t best = BK_FN(rk_first_max)(x + r * n, n);
+    for (int64_t c = 0; c < n; c += BK_CHUNK) {
+      const int64_t len = n - c < BK_CHUNK ? n - c : BK_CHUNK;
+#pragma omp simd
+      for (int64_t j = 0; j < len; j++) tile[j] = c + j == best ? (BK_T)1 : (BK_T)0;
+      BK_FN(bk_put)(y + r * n + c, tile, len, stream);
+    }
+  }
+  bk_put_fence(stream);
+}
+
+/*
+ * Masked softmax of rows r0..r1: allowed <=> mask != 0 (NaN allowed, -0
+ * blocked). Scores of blocked entries are read but every value derived from
+ * them is discarded by a select, so they cannot influence the result.
+ * Exponentials go to e (per-thread scratch, when streaming) or y.
+ */
+static BK_CPU_CLONES void BK_FN(masked_softmax_block)(const BK_T *x, const BK_T *mask, BK_T *y,
+                                                      int64_t r0, int64_t r1, int64_t n,
+                                                      BK_T *e, int stream) {
+  for (int64_t r = r0; r < r1; r++) {
+    const BK_T *xr = x + r * n, *mr = mask + r * n;
+    BK_T *yr = y + r * n, *er = e ? e : yr;
+    BK_T m = -INFINITY;
+    int64_t allowed = 0;
+#pragma omp simd reduction(+ : allowed)
+    for (int64_t j = 0; j < n; j++) allowed += mr[j] != 0;
+    /* Only +-0 and NaN make the order of a max matter, and neither changes
+     * the result: exp(x - m) is the same for m = -0 and +0, and an allowed
+     * NaN makes the whole row NaN through the sum whatever m is. */
+#pragma omp simd reduction(max : m)
+    for (int64_t j = 0; j < n; j++) m = mr[j] != 0 && xr[j] > m ? xr[j] : m;
+    double s = 0.0;
+    for (int64_t c = 0; c < n; c += BK_CHUNK) {
+      const int64_t len = n - c < BK_CHUNK ? n - c : BK_CHUNK;
+#pragma omp simd
+      for (int64_t j = 0; j < len; j++) {
+        BK_T v = BK_FN(bk_expn)(xr[c + j] - m);
+        er[c + j] = mr[c + j] != 0 ? v : (BK_T)0;
+      }
+      s += (double)BK_FN(rk_chunk_sum)(er + c, len);
+    }
+    const BK_T f = allowed ? (BK_T)(1.0 / s) : (BK_T)0;
+    BK_T tile[BK_CHUNK];
+    for (int64_t c = 0; c < n; c += BK_CHUNK) {
+      const int64_t len = n - c < BK_CHUNK ? n - c : BK_CHUNK;
+#pragma omp simd
+      for (int64_t j = 0; j < len; j++) tile[j] = mr[c + j] != 0 ? er[c + j] * f : (BK_T)0;
+      BK_FN(bk_put)(yr + c, tile, len, stream && e);
+    }
+  }
+  bk_put_fence(stream);
+}
+#undef ROWS_NARROW
