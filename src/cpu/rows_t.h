@@ -4,31 +4,6 @@
  * takes a block of rows [r0, r1); a row's result depends only on the row.
  */
 
-/* Rows shorter than this are folded one element after another: the lane
- * layout only pays once a row fills the lanes. */
-#define ROWS_NARROW BK_LANES
-
-/* sum of x[0..n) in float64: element j goes to partial j % BK_LANES (the
- * tail after the last full group to partials 0, 1, ...), the partials
- * folded pairwise; a row narrower than the lanes is summed in index order. */
-static inline double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
-  double s = 0.0;
-  if (n < ROWS_NARROW) {
-    for (int64_t j = 0; j < n; j++) s += (double)x[j];
-    return s;
-  }
-  double lane[BK_LANES] = {0};
-  int64_t j = 0;
-  for (; j + BK_LANES <= n; j += BK_LANES) {
-#pragma omp simd
-    for (int l = 0; l < BK_LANES; l++) lane[l] += (double)x[j + l];
-  }
-  for (int l = 0; j < n; j++, l++) lane[l] += (double)x[j];
-  for (int w = BK_LANES / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
-  return lane[0];
-}
-
 static void BK_FN(rows_sum_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
   for (int64_t r = r0; r < r1; r++) y[r] = (BK_T)BK_FN(rk_sum64)(x + r * n, n);
 }
@@ -37,7 +12,7 @@ static void BK_FN(rows_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1
   for (int64_t r = r0; r < r1; r++) {
     const BK_T *xr = x + r * n;
     BK_T m = -INFINITY;
-    if (n < ROWS_NARROW) {
+    if (n < BK_LANES) {
       for (int64_t j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m;
     } else {
       m = BK_FN(rk_max)(xr, n);
@@ -140,4 +115,3 @@ static BK_CPU_CLONES void BK_FN(masked_softmax_block)(const BK_T *x, const BK_T 
   }
   bk_put_fence(stream);
 }
-#undef ROWS_NARROW

@@ -153,14 +153,37 @@ static inline BK_T BK_FN(rk_chunk_exp)(const BK_T *restrict x, BK_T *restrict e,
   return BK_FN(rk_chunk_sum)(e, n);
 }
 
-/* sum_j exp(x[j] - m), the exponentials stored in e[0..n); the blocks of
- * BK_CHUNK are added in float64. */
+/* sum_j exp(x[j] - m), the exponentials stored in e[0..n) (or, e NULL, in
+ * a tile on the stack and dropped); the blocks of BK_CHUNK are added in
+ * float64. */
 static inline double BK_FN(rk_exp_store)(const BK_T *restrict x, BK_T *restrict e, int64_t n,
                                          BK_T m) {
+  BK_T tile[BK_CHUNK];
   double s = 0.0;
   for (int64_t c = 0; c < n; c += BK_CHUNK)
-    s += (double)BK_FN(rk_chunk_exp)(x + c, e + c, n - c < BK_CHUNK ? n - c : BK_CHUNK, m);
+    s += (double)BK_FN(rk_chunk_exp)(x + c, e ? e + c : tile, n - c < BK_CHUNK ? n - c : BK_CHUNK,
+                                     m);
   return s;
+}
+
+/* sum of x[0..n) in float64: element j goes to partial j % BK_LANES (the
+ * tail after the last full group to partials 0, 1, ...), the partials
+ * folded pairwise; a row narrower than the lanes (where the layout does not
+ * pay) is summed in index order. */
+static inline double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
+  double s = 0.0;
+  if (n < BK_LANES) {
+    for (int64_t j = 0; j < n; j++) s += (double)x[j];
+    return s;
+  }
+  double lane[BK_LANES] = {0};
+  int64_t j = 0;
+  for (; j + BK_LANES <= n; j += BK_LANES) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) lane[l] += (double)x[j + l];
+  }
+  for (int l = 0; j < n; j++, l++) lane[l] += (double)x[j];
+  return bk_fold64(lane);
 }
 
 /* y[0..n) = e[0..n) * f, through a tile of BK_CHUNK on the stack so that the

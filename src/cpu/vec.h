@@ -44,6 +44,13 @@
 #define BK_LANES 16
 #define BK_CHUNK 1024
 
+/* Folds BK_LANES float64 partials pairwise, in a fixed tree. */
+static inline double bk_fold64(double *lane) {
+  for (int w = BK_LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+  return lane[0];
+}
+
 /* Orders this thread's streaming stores before what follows (the end of
  * the parallel region publishes them). */
 static inline void bk_put_fence(int stream) {
