@@ -1,0 +1,236 @@
+/*
+ * test_thread_count.c — every primitive of the CPU backend gives bitwise the
+ * same result with 1, 2 and 8 OpenMP threads, and with its outputs written
+ * through the cache or streamed past it (the two store paths of the
+ * kernels, forced through the backend's test hook).
+ *
+ * Shapes are small (about 10^5 elements, so the run stays short) but above
+ * the size where the kernels go parallel, with extents that split unevenly
+ * over 2 and 8 threads, so each call runs in several blocks. The values of
+ * each primitive are checked against float64 references by its own test
+ * program; here the 1-thread result is the reference, compared bit for bit.
+ */
+#include "testlib.h"
+#include "cpu/cpu.h"
+
+#include <omp.h>
+
+/* Geometry shared by the cases: (R, C) rows, a rank-3 tensor D3, scans of
+ * T steps and S states, FFT lengths of every path. */
+enum { R = 389, C = 263, T = 331, S = 301, K = 700 };
+static const int64_t D3[3] = {7, 131, 113};
+
+#define NIN 6
+#define NOUT 4
+
+typedef struct tcase {
+  const char *name;
+  int64_t len[NIN]; /* input lengths, 0 ends the list */
+  bk_status (*run)(bk_context *c, bk_buffer *const *in, bk_buffer **out);
+} tcase;
+
+static uint64_t tc_idx[K];
+
+static bk_status t_softmax_last(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_softmax(c, i[0], D3, 3, 2, &o[0]);
+}
+static bk_status t_softmax_mid(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_softmax(c, i[0], D3, 3, 1, &o[0]);
+}
+static bk_status t_softmax_narrow(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  static const int64_t d[2] = {R * C / 3, 3};
+  return bk_softmax(c, i[0], d, 2, 1, &o[0]);
+}
+static bk_status t_xent_w(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_xent_weighted_mean(c, i[0], i[1], R, C, &o[0]);
+}
+static bk_status t_xent_t(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_xent_teacher(c, i[0], i[1], R, C, 0, &o[0]);
+}
+static bk_status t_xent_tg(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_xent_teacher(c, i[0], i[1], R, C, 1, &o[0]);
+}
+static bk_status t_conv(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  static const int64_t in_dims[3] = {9, 8, 1500}, k_dims[3] = {8, 8, 5};
+  static const int64_t stride[1] = {1}, pb[1] = {3}, pa[1] = {1}, dil[1] = {2};
+  return bk_conv(c, i[0], i[1], i[2], in_dims, 3, k_dims, 1, stride, pb, pa, dil, 2, &o[0]);
+}
+static bk_status t_rows_sum(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_sum(c, i[0], R, C, &o[0]);
+}
+static bk_status t_rows_max(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_max(c, i[0], R, C, &o[0]);
+}
+static bk_status t_first_max(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_first_max_mask(c, i[0], R, C, &o[0]);
+}
+static bk_status t_topk(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_topk_mask(c, i[0], R, C, 17, &o[0]);
+}
+static bk_status t_topk_direct(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_topk_mask(c, i[0], R * C / 40, 40, 5, &o[0]);
+}
+static bk_status t_masked(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_masked_softmax(c, i[0], i[1], R, C, &o[0]);
+}
+static bk_status t_concat(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_vec_concat(c, i[0], i[1], R * C, R * C, &o[0]);
+}
+static bk_status t_slice(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_vec_slice(c, i[0], R * C, 11, R * C - 20, &o[0]);
+}
+static bk_status t_bcol(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_broadcast_col(c, i[0], R, C, &o[0]);
+}
+static const int64_t tb_in[3] = {1, 131, 113}, tb_out[4] = {3, 7, 131, 113},
+                     tb_map[4] = {0, 1, 2, 3};
+static bk_status t_bto(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_broadcast_to(c, i[0], tb_in, 3, tb_out, 4, tb_map, &o[0]);
+}
+static bk_status t_badj(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_broadcast_to_adjoint(c, i[0], tb_in, 3, tb_out, 4, tb_map, &o[0]);
+}
+static bk_status t_swap(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_swap_adjacent(c, i[0], D3, 3, 1, &o[0]);
+}
+static bk_status t_sum_axis(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_sum_axis(c, i[0], D3, 3, 1, &o[0]);
+}
+static bk_status t_ln_f(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_layernorm_forward(c, i[0], i[1], i[2], R, C, 1e-5, &o[0], &o[1], &o[2]);
+}
+static bk_status t_ln_b(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_layernorm_backward(c, i[0], i[1], i[2], i[3], R, C, &o[0], &o[1], &o[2]);
+}
+static bk_status t_bmm(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_bmm(c, i[0], i[1], 5, 37, 41, 43, 0, 1, &o[0]);
+}
+static bk_status t_bmm_s(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  int flag = 0;
+  return bk_bmm_scaled(c, i[0], i[1], 5, 37, 41, 43, 1, 0, 0.5, &o[0], &flag);
+}
+static bk_status t_rfft(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rfft(c, i[0], 97, 1000, &o[0]);
+}
+static bk_status t_rfft_blue(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rfft(c, i[0], 97, 1009, &o[0]);
+}
+static bk_status t_irfft(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_irfft(c, i[0], 97, 1001, &o[0]);
+}
+static bk_status t_irfft_u(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_irfft_unnormalized(c, i[0], 97, 1000, &o[0]);
+}
+static bk_status t_scan(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_scan_diag(c, i[0], i[1], i[2], i[3], T, S, &o[0]);
+}
+static bk_status t_scan_b(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_scan_diag_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], T, S, &o[0], &o[1], &o[2],
+                               &o[3]);
+}
+static bk_status t_scan_v(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_scan_diag_var(c, i[0], i[1], i[2], i[3], T, S, &o[0]);
+}
+static bk_status t_scan_vb(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_scan_diag_var_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], T, S, &o[0], &o[1],
+                                   &o[2], &o[3]);
+}
+static bk_status t_gather(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_gather(c, i[0], R, C, tc_idx, K, &o[0]);
+}
+static bk_status t_scatter(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_scatter_add(c, i[0], i[1], R, C, tc_idx, K, &o[0]);
+}
+
+static const tcase tcases[] = {
+    {"softmax (last axis)", {7 * 131 * 113}, t_softmax_last},
+    {"softmax (middle axis)", {7 * 131 * 113}, t_softmax_mid},
+    {"softmax (3 columns)", {R * C / 3 * 3}, t_softmax_narrow},
+    {"xent_weighted_mean", {R * C, R * C}, t_xent_w},
+    {"xent_teacher", {R * C, R * C}, t_xent_t},
+    {"xent_teacher gradient", {R * C, R * C}, t_xent_tg},
+    {"conv", {9 * 8 * 1500, 8 * 8 * 5, 8}, t_conv},
+    {"rows_sum", {R * C}, t_rows_sum},
+    {"rows_max", {R * C}, t_rows_max},
+    {"rows_first_max_mask", {R * C}, t_first_max},
+    {"rows_topk_mask (sorted)", {R * C}, t_topk},
+    {"rows_topk_mask (direct)", {R * C / 40 * 40}, t_topk_direct},
+    {"rows_masked_softmax", {R * C, R * C}, t_masked},
+    {"vec_concat", {R * C, R * C}, t_concat},
+    {"vec_slice", {R * C}, t_slice},
+    {"broadcast_col", {R}, t_bcol},
+    {"broadcast_to", {131 * 113}, t_bto},
+    {"broadcast_to_adjoint", {3 * 7 * 131 * 113}, t_badj},
+    {"swap_adjacent", {7 * 131 * 113}, t_swap},
+    {"sum_axis", {7 * 131 * 113}, t_sum_axis},
+    {"layernorm_forward", {R * C, C, C}, t_ln_f},
+    {"layernorm_backward", {R * C, R * C, R, C}, t_ln_b},
+    {"bmm", {5 * 37 * 41, 5 * 43 * 41}, t_bmm},
+    {"bmm_scaled", {5 * 41 * 37, 5 * 41 * 43}, t_bmm_s},
+    {"rfft", {97 * 1000}, t_rfft},
+    {"rfft (Bluestein)", {97 * 1009}, t_rfft_blue},
+    {"irfft", {97 * 501 * 2}, t_irfft},
+    {"irfft_unnormalized", {97 * 501 * 2}, t_irfft_u},
+    {"scan_diag", {S, S, T * S, S}, t_scan},
+    {"scan_diag_backward", {S, S, T * S, S, T * S, T * S}, t_scan_b},
+    {"scan_diag_var", {T * S, T * S, T * S, S}, t_scan_v},
+    {"scan_diag_var_backward", {T * S, T * S, T * S, S, T * S, T * S}, t_scan_vb},
+    {"rows_gather", {R * C}, t_gather},
+    {"rows_scatter_add", {R * C, K * C}, t_scatter},
+};
+#define NCASES ((int)(sizeof tcases / sizeof tcases[0]))
+
+/* Runs case tc with `threads` threads (stream: every output streams);
+ * out[] receives its outputs. */
+static bk_status run_with(const tcase *tc, bk_buffer *const *in, int threads, int stream,
+                          bk_buffer **out) {
+  omp_set_num_threads(threads);
+  size_t old = bk__cpu_set_stream_bytes(tl_ctx, stream ? 0 : SIZE_MAX);
+  bk_status st = tc->run(tl_ctx, in, out);
+  bk__cpu_set_stream_bytes(tl_ctx, old);
+  return st;
+}
+
+static void thread_counts(void) {
+  for (int64_t i = 0; i < K; i++) tc_idx[i] = (uint64_t)((i * 7919) % (R + 13)); /* some >= R */
+  for (int d = 0; d < TL_DTYPES; d++) {
+    const bk_dtype dt = tl_dtypes[d];
+    for (int c = 0; c < NCASES; c++) {
+      const tcase *tc = &tcases[c];
+      bk_buffer *in[NIN] = {NULL};
+      tl_seed(1000 + (uint64_t)c);
+      for (int j = 0; j < NIN && tc->len[j]; j++) {
+        double *v = tl_xmalloc((size_t)tc->len[j] * sizeof *v);
+        /* Positive values keep inv_std and the masks meaningful; a few
+         * exact zeros make the masks block entries. */
+        tl_fill_uniform(v, tc->len[j], 0.25, 1.25);
+        for (int64_t e = 0; e < tc->len[j]; e += 7) v[e] = j == 1 ? 0.0 : v[e];
+        in[j] = tl_buf(dt, v, tc->len[j]);
+        free(v);
+      }
+      bk_buffer *ref[NOUT] = {NULL};
+      bk_status st = run_with(tc, in, 1, 0, ref);
+      TL_CHECK(st == BK_OK, "%s (%s): %s", tc->name, tl_dtname(dt), bk_last_error());
+      static const int variants[4][2] = {{2, 0}, {8, 0}, {1, 1}, {8, 1}};
+      for (int v = 0; v < 4 && st == BK_OK; v++) {
+        bk_buffer *got[NOUT] = {NULL};
+        bk_status st2 = run_with(tc, in, variants[v][0], variants[v][1], got);
+        TL_CHECK(st2 == BK_OK, "%s (%s): %s", tc->name, tl_dtname(dt), bk_last_error());
+        for (int k = 0; k < NOUT && st2 == BK_OK && ref[k]; k++)
+          TL_CHECK(tl_same_bits(ref[k], got[k]),
+                   "%s (%s): output %d with %d threads%s differs from 1 thread", tc->name,
+                   tl_dtname(dt), k, variants[v][0], variants[v][1] ? ", streamed" : "");
+        for (int k = 0; k < NOUT; k++) bk_buffer_release(got[k]);
+      }
+      for (int k = 0; k < NOUT; k++) bk_buffer_release(ref[k]);
+      for (int j = 0; j < NIN; j++) bk_buffer_release(in[j]);
+    }
+  }
+}
+
+int main(void) {
+  tl_init();
+  if (tl_dev.kind != BK_DEVICE_CPU) tl_skip("the thread-count test is for the CPU backend");
+  TL_RUN(thread_counts);
+  return tl_finish();
+}
