@@ -4,20 +4,37 @@
  * takes a block of rows [r0, r1); a row's result depends only on the row.
  */
 
+/* Rows narrower than the lanes go BK_LANES at a time, across the lanes
+ * (typed_t.h), each row folded in index order as rk_sum64 folds it. */
 static void BK_FN(rows_sum_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
-  for (int64_t r = r0; r < r1; r++) y[r] = (BK_T)BK_FN(rk_sum64)(x + r * n, n);
+  if (n >= BK_LANES || n == 0) {
+    for (int64_t r = r0; r < r1; r++) y[r] = (BK_T)BK_FN(rk_sum64)(x + r * n, n);
+    return;
+  }
+  BK_T t[BK_LANES * BK_LANES];
+  for (int64_t r = r0; r < r1; r += BK_LANES) {
+    const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+    double s[BK_LANES] = {0};
+    BK_FN(nk_in)(x + r * n, n, nr, t, 0);
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++) s[l] += (double)t[j * BK_LANES + l];
+    }
+    for (int64_t l = 0; l < nr; l++) y[r + l] = (BK_T)s[l];
+  }
 }
 
 static void BK_FN(rows_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
-  for (int64_t r = r0; r < r1; r++) {
-    const BK_T *xr = x + r * n;
-    BK_T m = -INFINITY;
-    if (n < BK_LANES) {
-      for (int64_t j = 0; j < n; j++) m = xr[j] > m ? xr[j] : m;
-    } else {
-      m = BK_FN(rk_max)(xr, n);
-    }
-    y[r] = n == 0 ? (BK_T)0 : m;
+  if (n >= BK_LANES || n == 0) {
+    for (int64_t r = r0; r < r1; r++) y[r] = n == 0 ? (BK_T)0 : BK_FN(rk_max)(x + r * n, n);
+    return;
+  }
+  BK_T t[BK_LANES * BK_LANES], m[BK_LANES];
+  for (int64_t r = r0; r < r1; r += BK_LANES) {
+    const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+    BK_FN(nk_in)(x + r * n, n, nr, t, 0);
+    BK_FN(nk_max)(t, n, m);
+    for (int64_t l = 0; l < nr; l++) y[r + l] = m[l];
   }
 }
 
@@ -61,6 +78,33 @@ static inline int64_t BK_FN(rk_first_max)(const BK_T *restrict x, int64_t n) {
 static void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
                                         int64_t n, int stream) {
   BK_T tile[BK_CHUNK];
+  if (n < BK_LANES) { /* narrow rows: the same scan in every lane */
+    BK_T t[BK_LANES * BK_LANES], bv[BK_LANES];
+    int64_t best[BK_LANES];
+    for (int64_t r = r0; r < r1; r += BK_LANES) {
+      const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+      BK_FN(nk_in)(x + r * n, n, nr, t, 0);
+      for (int l = 0; l < BK_LANES; l++) {
+        bv[l] = t[l];
+        best[l] = 0;
+      }
+      for (int64_t j = 1; j < n; j++) {
+#pragma omp simd
+        for (int l = 0; l < BK_LANES; l++) {
+          const int up = t[j * BK_LANES + l] > bv[l];
+          bv[l] = up ? t[j * BK_LANES + l] : bv[l];
+          best[l] = up ? j : best[l];
+        }
+      }
+      for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+        for (int l = 0; l < BK_LANES; l++) t[j * BK_LANES + l] = best[l] == j ? (BK_T)1 : (BK_T)0;
+      }
+      BK_FN(nk_out)(t, n, nr, y + r * n, stream);
+    }
+    bk_put_fence(stream);
+    return;
+  }
   for (int64_t r = r0; r < r1; r++) {
     const int64_t best = BK_FN(rk_first_max)(x + r * n, n);
     for (int64_t c = 0; c < n; c += BK_CHUNK) {
@@ -82,6 +126,18 @@ static void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, int64_t r0, int6
 static BK_CPU_CLONES void BK_FN(masked_softmax_block)(const BK_T *x, const BK_T *mask, BK_T *y,
                                                       int64_t r0, int64_t r1, int64_t n,
                                                       BK_T *e, int stream) {
+  if (n < BK_LANES) { /* narrow rows, across the lanes */
+    BK_T t[BK_LANES * BK_LANES], tm[BK_LANES * BK_LANES];
+    for (int64_t r = r0; r < r1; r += BK_LANES) {
+      const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+      BK_FN(nk_in)(x + r * n, n, nr, t, 0);
+      BK_FN(nk_in)(mask + r * n, n, nr, tm, 0);
+      BK_FN(nk_softmax)(t, tm, n);
+      BK_FN(nk_out)(t, n, nr, y + r * n, stream);
+    }
+    bk_put_fence(stream);
+    return;
+  }
   for (int64_t r = r0; r < r1; r++) {
     const BK_T *xr = x + r * n, *mr = mask + r * n;
     BK_T *yr = y + r * n, *er = e ? e : yr;

@@ -4,13 +4,24 @@
  */
 
 /*
- * Rows r0..r1 of (rows, n) softmax along the contiguous axis. Per row: the
+ * Rows r0..r1 of (rows, n) softmax along the contiguous axis. Rows
+ * narrower than the lanes go BK_LANES at a time, across the lanes. Per row: the
  * maximum, then exp(x - m) stored once (into e when given: this thread's
  * scratch of n values, so that the output is written only once, streaming;
  * else into y) with their sum, then y = e * (1/sum).
  */
 static BK_CPU_CLONES void BK_FN(softmax_rows)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
                                               int64_t n, BK_T *e, int stream) {
+  if (n < BK_LANES) { /* narrow rows, across the lanes (typed_t.h) */
+    BK_T t[BK_LANES * BK_LANES];
+    for (int64_t r = r0; r < r1; r += BK_LANES) {
+      const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+      BK_FN(nk_in)(x + r * n, n, nr, t, 0);
+      BK_FN(nk_softmax)(t, NULL, n);
+      BK_FN(nk_out)(t, n, nr, y + r * n, stream);
+    }
+    return;
+  }
   for (int64_t r = r0; r < r1; r++) {
     const BK_T *xr = x + r * n;
     BK_T *yr = y + r * n, *er = e ? e : yr;

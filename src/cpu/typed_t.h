@@ -199,6 +199,75 @@ static inline void BK_FN(rk_scale_put)(const BK_T *restrict e, BK_T *y, int64_t 
   }
 }
 
+/* ---- narrow rows: BK_LANES rows at a time, one per lane ------------------------------ */
+
+/* Rows narrower than BK_LANES fill no lane group: the kernels take them
+ * BK_LANES rows at a time instead, transposed into a tile t[j * BK_LANES + l]
+ * (element j of row l), and run across the rows, each row folded in index
+ * order. nr <= BK_LANES rows are read; the other lanes hold `fill`. */
+static inline void BK_FN(nk_in)(const BK_T *restrict x, int64_t n, int64_t nr, BK_T *restrict t,
+                                BK_T fill) {
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t l = 0; l < BK_LANES; l++) t[j * BK_LANES + l] = l < nr ? x[l * n + j] : fill;
+}
+
+/* y[l * n + j] = t[j * BK_LANES + l] for the nr rows, through a contiguous
+ * tile so that the stores can stream. */
+static inline void BK_FN(nk_out)(const BK_T *restrict t, int64_t n, int64_t nr, BK_T *y,
+                                 int stream) {
+  BK_T row_major[BK_LANES * BK_LANES];
+  for (int64_t l = 0; l < nr; l++)
+    for (int64_t j = 0; j < n; j++) row_major[l * n + j] = t[j * BK_LANES + l];
+  BK_FN(bk_put)(y, row_major, nr * n, stream);
+}
+
+/* Per lane: the maximum over the tile's n elements (NaN ignored, the first
+ * of equal maxima kept). */
+static inline void BK_FN(nk_max)(const BK_T *restrict t, int64_t n, BK_T *restrict m) {
+  for (int l = 0; l < BK_LANES; l++) m[l] = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++)
+      m[l] = t[j * BK_LANES + l] > m[l] ? t[j * BK_LANES + l] : m[l];
+  }
+}
+
+/* Per lane: t = exp(t - m) where keep (NULL: everywhere; else keep != 0,
+ * the rest set to 0), s = their float64 sum in index order; then t *= 1/s
+ * (0 where not kept and, keep given, in lanes with nothing kept). */
+static inline void BK_FN(nk_softmax)(BK_T *restrict t, const BK_T *restrict keep, int64_t n) {
+  BK_T m[BK_LANES], f[BK_LANES];
+  double s[BK_LANES] = {0};
+  int any[BK_LANES] = {0};
+  for (int l = 0; l < BK_LANES; l++) m[l] = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) {
+      const BK_T v = t[j * BK_LANES + l];
+      const int k = !keep || keep[j * BK_LANES + l] != 0;
+      m[l] = k && v > m[l] ? v : m[l];
+      any[l] |= k;
+    }
+  }
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) {
+      const BK_T e = BK_FN(bk_expn)(t[j * BK_LANES + l] - m[l]);
+      const int k = !keep || keep[j * BK_LANES + l] != 0;
+      t[j * BK_LANES + l] = k ? e : (BK_T)0;
+      s[l] += k ? (double)e : 0.0;
+    }
+  }
+  for (int l = 0; l < BK_LANES; l++) f[l] = any[l] ? (BK_T)(1.0 / s[l]) : (BK_T)0;
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) {
+      const int k = !keep || keep[j * BK_LANES + l] != 0;
+      t[j * BK_LANES + l] = k ? t[j * BK_LANES + l] * f[l] : (BK_T)0;
+    }
+  }
+}
+
 #undef BK_UINT
 #undef BK_SINT
 #undef BK_MANT
