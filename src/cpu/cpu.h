@@ -14,6 +14,7 @@
 
 #include "../backend.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #ifdef _OPENMP
@@ -70,6 +71,32 @@ static inline void bk_cpu_block(int64_t n, int64_t *u0, int64_t *u1) {
   int64_t q = n / t, rem = n % t;
   *u0 = i * q + (i < rem ? i : rem);
   *u1 = *u0 + q + (i < rem);
+}
+
+/*
+ * Work handed out in chunks: in a parallel region each thread calls
+ *   for (int64_t u0, u1; bk_cpu_take(&next, n, chunk, &u0, &u1);) kernel(u0, u1);
+ * with `next` (zero before the region) shared, and so takes chunks of units
+ * until none is left. A thread that the machine delays takes fewer chunks
+ * instead of holding the others up; as every unit is computed the same way
+ * whoever takes it, results do not depend on the split.
+ */
+static inline int bk_cpu_take(atomic_llong *next, int64_t n, int64_t chunk, int64_t *u0,
+                              int64_t *u1) {
+  const int64_t s = (int64_t)atomic_fetch_add(next, (long long)chunk);
+  if (s >= n) return 0;
+  *u0 = s;
+  *u1 = n - s < chunk ? n : s + chunk;
+  return 1;
+}
+
+/* Units per chunk for n units of `per_unit` element operations each: about
+ * BK_CPU_PARALLEL_MIN operations, and at least eight chunks per thread. */
+static inline int64_t bk_cpu_chunk(int64_t n, int64_t per_unit, int threads) {
+  int64_t c = BK_CPU_PARALLEL_MIN / (per_unit > 0 ? per_unit : 1);
+  const int64_t share = n / (8 * (int64_t)threads);
+  if (c > share) c = share;
+  return c > 0 ? c : 1;
 }
 
 /* Whether an output of `bytes` should be written with streaming stores:

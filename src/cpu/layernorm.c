@@ -41,10 +41,10 @@ bk_status bk__cpu_layernorm_forward(bk_context *ctx, bk_dtype dt, const void *x,
   const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
   const int threads = bk_cpu_threads(rows * cols);
   const int stream = bk__cpu_streams(ctx, 2 * (size_t)(rows * cols) * es);
+  const int64_t chunk = bk_cpu_chunk(rows, cols, threads);
+  atomic_llong next = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    int64_t r0, r1;
-    bk_cpu_block(rows, &r0, &r1);
+  for (int64_t r0, r1; bk_cpu_take(&next, rows, chunk, &r0, &r1);) {
     if (dt == BK_F32)
       ln_forward_block_f32(x, gamma, beta, out, normalized, inv_std, r0, r1, cols, eps, stream);
     else
@@ -69,7 +69,7 @@ bk_status bk__cpu_layernorm_backward(bk_context *ctx, bk_dtype dt, const void *d
   double *part = bk__host_alloc("bk_layernorm_backward", "scratch", (size_t)blocks * 2 * (size_t)cols,
                                 sizeof *part);
   if (!part) return BK_ERR_OUT_OF_MEMORY;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
   for (int64_t b = 0; b < blocks; b++) {
     const int64_t r0 = b * per < rows ? b * per : rows, r1 = r0 + per < rows ? r0 + per : rows;
     double *pg = part + (size_t)b * 2 * (size_t)cols, *pb = pg + cols;

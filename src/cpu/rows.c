@@ -33,19 +33,19 @@
 
 /* ---- sum, max and the first-max mask ------------------------------------------ */
 
-/* Each thread takes one contiguous block of rows (bk_cpu_block); the
- * float32 and float64 kernels are the two instances of rows_t.h. */
-#define ROWS_RUN(threads, KERNEL, dt, ...)                      \
-  do {                                                          \
-    _Pragma("omp parallel num_threads(threads) if (threads > 1)") \
-    {                                                           \
-      int64_t r0_, r1_;                                         \
-      bk_cpu_block(rows, &r0_, &r1_);                           \
-      if ((dt) == BK_F32)                                       \
-        KERNEL##_f32(__VA_ARGS__);                              \
-      else                                                      \
-        KERNEL##_f64(__VA_ARGS__);                              \
-    }                                                           \
+/* Rows in chunks taken by the threads in turn (bk_cpu_take); the float32
+ * and float64 kernels are the two instances of rows_t.h. */
+#define ROWS_RUN(threads, KERNEL, dt, ...)                              \
+  do {                                                                  \
+    const int64_t chunk_ = bk_cpu_chunk(rows, cols, threads);           \
+    atomic_llong next_ = 0;                                             \
+    _Pragma("omp parallel num_threads(threads) if (threads > 1)")       \
+    for (int64_t r0_, r1_; bk_cpu_take(&next_, rows, chunk_, &r0_, &r1_);) { \
+      if ((dt) == BK_F32)                                               \
+        KERNEL##_f32(__VA_ARGS__);                                      \
+      else                                                              \
+        KERNEL##_f64(__VA_ARGS__);                                      \
+    }                                                                   \
   } while (0)
 
 bk_status bk__cpu_rows_sum(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,

@@ -82,15 +82,17 @@ static BK_CPU_CLONES void BK_FN(softmax_tiles)(const BK_T *x, BK_T *y, int64_t t
 static void BK_FN(softmax_run)(const BK_T *x, BK_T *y, int64_t outer, int64_t n, int64_t inner,
                                BK_T *scratch, int64_t per, int stream, int threads) {
   const int64_t units = inner == 1 ? outer : outer * ((inner + SOFTMAX_TILE - 1) / SOFTMAX_TILE);
+  const int64_t chunk = bk_cpu_chunk(units, inner == 1 ? n : n * SOFTMAX_TILE, threads);
+  atomic_llong next = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    int64_t u0, u1;
-    bk_cpu_block(units, &u0, &u1);
     BK_T *e = scratch ? scratch + (int64_t)bk_cpu_thread() * per : NULL;
-    if (inner == 1)
-      BK_FN(softmax_rows)(x, y, u0, u1, n, e, stream);
-    else
-      BK_FN(softmax_tiles)(x, y, u0, u1, n, inner, e, stream);
+    for (int64_t u0, u1; bk_cpu_take(&next, units, chunk, &u0, &u1);) {
+      if (inner == 1)
+        BK_FN(softmax_rows)(x, y, u0, u1, n, e, stream);
+      else
+        BK_FN(softmax_tiles)(x, y, u0, u1, n, inner, e, stream);
+    }
     bk_put_fence(stream);
   }
 }

@@ -7,7 +7,7 @@
  * exponential per element, in the data's type: within 2 ulp, typed_t.h);
  * the log-sum-exp, every term and every sum are float64. Each row's
  * contribution is written to a host scratch array (each thread a contiguous
- * block of rows) and the rows are then summed in index order on one thread,
+ * chunk of rows at a time) and the rows are then summed in index order on one thread,
  * so the loss is bitwise identical for every thread count. The gradient is
  * written once per element, streaming when it is larger than the cache.
  */
@@ -80,10 +80,10 @@ bk_status bk__cpu_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *l
   double *part = bk__host_alloc("bk_xent_weighted_mean", "scratch", (size_t)rows, sizeof *part);
   if (!part) return BK_ERR_OUT_OF_MEMORY;
   const int threads = bk_cpu_threads(rows * cols);
+  const int64_t chunk = bk_cpu_chunk(rows, cols, threads);
+  atomic_llong next = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    int64_t r0, r1;
-    bk_cpu_block(rows, &r0, &r1);
+  for (int64_t r0, r1; bk_cpu_take(&next, rows, chunk, &r0, &r1);) {
     for (int64_t r = r0; r < r1; r++)
       part[r] = dt == BK_F32 ? weighted_row_f32((const float *)logits + r * cols,
                                                 (const float *)w + r * cols, cols)
@@ -107,17 +107,19 @@ bk_status bk__cpu_xent_teacher(bk_context *ctx, bk_dtype dt, const void *S, cons
   char *scratch = row_scratch(fn, threads, gradient ? 2 * cols : cols, es, &ok);
   if (!ok) return BK_ERR_OUT_OF_MEMORY;
   const size_t per_bytes = (size_t)(gradient ? 2 * cols : cols) * es;
+  const int64_t chunk = bk_cpu_chunk(rows, cols, threads);
+  atomic_llong next = 0;
   if (gradient) {
     const int stream = bk__cpu_streams(ctx, (size_t)(rows * cols) * es);
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
-      int64_t r0, r1;
-      bk_cpu_block(rows, &r0, &r1);
       void *e = scratch ? scratch + (size_t)bk_cpu_thread() * per_bytes : NULL;
-      if (dt == BK_F32)
-        teacher_grad_block_f32(S, T, y, r0, r1, cols, (double)rows, e, stream);
-      else
-        teacher_grad_block_f64(S, T, y, r0, r1, cols, (double)rows, e, stream);
+      for (int64_t r0, r1; bk_cpu_take(&next, rows, chunk, &r0, &r1);) {
+        if (dt == BK_F32)
+          teacher_grad_block_f32(S, T, y, r0, r1, cols, (double)rows, e, stream);
+        else
+          teacher_grad_block_f64(S, T, y, r0, r1, cols, (double)rows, e, stream);
+      }
     }
     bk__host_free(scratch);
     return BK_OK;
@@ -129,14 +131,13 @@ bk_status bk__cpu_xent_teacher(bk_context *ctx, bk_dtype dt, const void *S, cons
   }
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
-    int64_t r0, r1;
-    bk_cpu_block(rows, &r0, &r1);
     void *e = scratch ? scratch + (size_t)bk_cpu_thread() * per_bytes : NULL;
-    for (int64_t r = r0; r < r1; r++)
-      part[r] = dt == BK_F32
-                    ? teacher_loss_row_f32((const float *)S + r * cols, (const float *)T + r * cols, e, cols)
-                    : teacher_loss_row_f64((const double *)S + r * cols, (const double *)T + r * cols, e,
-                                           cols);
+    for (int64_t r0, r1; bk_cpu_take(&next, rows, chunk, &r0, &r1);)
+      for (int64_t r = r0; r < r1; r++)
+        part[r] = dt == BK_F32
+                      ? teacher_loss_row_f32((const float *)S + r * cols, (const float *)T + r * cols, e, cols)
+                      : teacher_loss_row_f64((const double *)S + r * cols, (const double *)T + r * cols, e,
+                                             cols);
   }
   store_mean(dt, y, part, rows);
   bk__host_free(part);
