@@ -20,7 +20,6 @@
 #if BK_T_F32
 #define BK_SFX f32
 #define BK_UINT uint32_t
-#define BK_SINT int32_t
 #define BK_MANT 23
 #define BK_EXP_LO -86.0f
 #define BK_SHIFT 12582912.0f            /* 1.5 * 2^23 */
@@ -32,7 +31,6 @@
 #else
 #define BK_SFX f64
 #define BK_UINT uint64_t
-#define BK_SINT int64_t
 #define BK_MANT 52
 #define BK_EXP_LO -707.0
 #define BK_SHIFT 6755399441055744.0      /* 1.5 * 2^52 */
@@ -76,10 +74,12 @@ static inline BK_T BK_FN(bk_expn)(BK_T x) {
   BK_T r = (xc - k * BK_LN2_HI) - k * BK_LN2_LO;
   BK_T p = BK_FN(exp_taylor)[0];
   for (int i = 1; i <= BK_DEG; i++) p = p * r + BK_FN(exp_taylor)[i];
-  BK_SINT ti, pi;
+  /* Unsigned, so that the bits of the NaN and infinite cases (replaced
+   * below) wrap instead of overflowing. */
+  BK_UINT ti, pi;
   memcpy(&ti, &t, sizeof ti);
   memcpy(&pi, &p, sizeof pi);
-  pi += (BK_SINT)((BK_UINT)(ti - BK_SHIFT_BITS) << BK_MANT); /* times 2^k */
+  pi += (ti - (BK_UINT)BK_SHIFT_BITS) << BK_MANT; /* times 2^k */
   memcpy(&p, &pi, sizeof p);
   p = x < BK_EXP_LO ? (BK_T)0 : p;
   return x != x ? x : p;
@@ -269,7 +269,6 @@ static inline void BK_FN(nk_softmax)(BK_T *restrict t, const BK_T *restrict keep
 }
 
 #undef BK_UINT
-#undef BK_SINT
 #undef BK_MANT
 #undef BK_EXP_LO
 #undef BK_SHIFT
