@@ -99,6 +99,12 @@ static bk_status t_sum_axis(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
 static bk_status t_ln_f(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
   return bk_layernorm_forward(c, i[0], i[1], i[2], R, C, 1e-5, &o[0], &o[1], &o[2]);
 }
+static bk_status t_ln_f_narrow(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_layernorm_forward(c, i[0], i[1], i[2], R * C / 5, 5, 1e-5, &o[0], &o[1], &o[2]);
+}
+static bk_status t_masked_narrow(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_masked_softmax(c, i[0], i[1], R * C / 7, 7, &o[0]);
+}
 static bk_status t_ln_b(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
   return bk_layernorm_backward(c, i[0], i[1], i[2], i[3], R, C, &o[0], &o[1], &o[2]);
 }
@@ -164,6 +170,8 @@ static const tcase tcases[] = {
     {"swap_adjacent", {7 * 131 * 113}, t_swap},
     {"sum_axis", {7 * 131 * 113}, t_sum_axis},
     {"layernorm_forward", {R * C, C, C}, t_ln_f},
+    {"layernorm_forward (5 columns)", {R * C / 5 * 5, 5, 5}, t_ln_f_narrow},
+    {"rows_masked_softmax (7 columns)", {R * C / 7 * 7, R * C / 7 * 7}, t_masked_narrow},
     {"layernorm_backward", {R * C, R * C, R, C}, t_ln_b},
     {"bmm", {5 * 37 * 41, 5 * 43 * 41}, t_bmm},
     {"bmm_scaled", {5 * 41 * 37, 5 * 41 * 43}, t_bmm_s},

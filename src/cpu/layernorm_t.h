@@ -24,10 +24,55 @@ static inline double BK_FN(ln_sq)(const BK_T *restrict x, int64_t n, double mu) 
 
 /* Rows r0..r1 of the forward pass: two-pass statistics, then normalized
  * and out written once each through tiles (streaming when asked). */
+/* Rows narrower than the lanes: BK_LANES rows at a time across the lanes
+ * (typed_t.h), each row's sums in index order. */
+static void BK_FN(ln_forward_narrow)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
+                                     BK_T *out, BK_T *nrm, BK_T *inv_std, int64_t r0, int64_t r1,
+                                     int64_t n, double eps, int stream) {
+  BK_T t[BK_LANES * BK_LANES], tn[BK_LANES * BK_LANES];
+  for (int64_t r = r0; r < r1; r += BK_LANES) {
+    const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+    double mu[BK_LANES] = {0}, sq[BK_LANES] = {0}, is[BK_LANES];
+    BK_FN(nk_in)(x + r * n, n, nr, t, 0);
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++) mu[l] += (double)t[j * BK_LANES + l];
+    }
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) mu[l] /= (double)n;
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++) {
+        const double d = (double)t[j * BK_LANES + l] - mu[l];
+        sq[l] += d * d;
+      }
+    }
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) is[l] = 1.0 / sqrt(sq[l] / (double)n + eps);
+    for (int64_t j = 0; j < n; j++) {
+      const double g = (double)gamma[j], b = (double)beta[j];
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++) {
+        const double nv = ((double)t[j * BK_LANES + l] - mu[l]) * is[l];
+        tn[j * BK_LANES + l] = (BK_T)nv;
+        t[j * BK_LANES + l] = (BK_T)(nv * g + b);
+      }
+    }
+    for (int64_t l = 0; l < nr; l++) inv_std[r + l] = (BK_T)is[l];
+    BK_FN(nk_out)(tn, n, nr, nrm + r * n, stream);
+    BK_FN(nk_out)(t, n, nr, out + r * n, stream);
+  }
+  bk_put_fence(stream);
+}
+
 static void BK_FN(ln_forward_block)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
                                     BK_T *out, BK_T *nrm, BK_T *inv_std, int64_t r0, int64_t r1,
                                     int64_t n, double eps, int stream) {
   BK_T tn[BK_CHUNK], to[BK_CHUNK];
+  if (n < BK_LANES) {
+    BK_FN(ln_forward_narrow)(x, gamma, beta, out, nrm, inv_std, r0, r1, n, eps, stream);
+    return;
+  }
   for (int64_t r = r0; r < r1; r++) {
     const BK_T *xr = x + r * n;
     const double mu = BK_FN(rk_sum64)(xr, n) / (double)n;
