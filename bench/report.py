@@ -16,7 +16,8 @@ The sweep summary gives, per primitive and dtype, the minimum, median and geomet
 fraction of the same-run copy bandwidth (from the C harness when given, else from the bufkern
 side of vs_torch.py) and of the speedup over ATen's composition (ATen's time over bufkern's,
 same process), the minimum fraction of copy where the plotted extent (row width for the row
-family) is at least 4096, and how many shapes were slower than ATen. --plots writes, per
+family) is at least 4096, and how many shapes were slower than ATen; for a CPU run
+(vs_torch.py --device cpu) also the speedup over numpy where it has a composition. --plots writes, per
 primitive and dtype, the fraction of copy against that extent (matplotlib; skipped with a
 message when it is not installed).
 """
@@ -136,6 +137,7 @@ def load_sweep(bench_paths, vs_paths):
             d["vs_frac_copy"] = r.get("bk_frac_copy")
             d["aten_frac_copy"] = r.get("aten_frac_copy")
             d["speedup"] = r.get("speedup")
+            d["speedup_np"] = r.get("speedup_np")
     return shapes, copies
 
 
@@ -155,6 +157,11 @@ def sweep_table(shapes, copies):
            "", "| primitive | dtype | shapes (large + medium) | failed | % of copy: min | median | geomean "
            "| min where x >= 4096 | speedup over ATen: min | median | geomean | slower than ATen |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # CPU runs (vs_torch.py --device cpu) time numpy too: two more columns.
+    with_np = any(d.get("speedup_np") for d in shapes.values())
+    if with_np:
+        out[-2] += " speedup over numpy: min | median |"
+        out[-1] += "---|---|"
     groups = {}
     for (prim, dtype, klass, _), d in shapes.items():
         groups.setdefault((prim, dtype), []).append((klass, d))
@@ -175,6 +182,9 @@ def sweep_table(shapes, copies):
             out.append(f"| {prim} | {dtype} | {large} + {len(rows) - large} | {failed} | {_pct3(fc)} | "
                        f"{'' if not wide else f'{100 * wide[0]:.0f}%'} | {spc} | "
                        f"{f'{slower} of {len(timed)}' if timed else ''} |")
+            if with_np:
+                sn = _stats([d.get("speedup_np") for _, d in rows])
+                out[-1] += f" {sn[0]:.2f}x | {sn[1]:.2f}x |" if sn else " | |"
     worst = sorted(((d["frac_copy"], k, d) for k, d in shapes.items() if d.get("frac_copy")),
                    key=lambda t: t[0])[:10]
     if worst:
