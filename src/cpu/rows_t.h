@@ -39,40 +39,16 @@ static void BK_FN(rows_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1
 }
 
 /* The literal first-max scan (start at index 0, move only to a strictly
- * greater entry) over lanes: each lane keeps its first strict maximum, the
- * lanes are combined by value then lowest index. A NaN at index 0 stays
- * selected (nothing is greater than it); a later NaN never is; a row with
- * nothing above -inf selects index 0. */
+ * greater entry) in two vectorizable steps: a NaN at index 0 stays selected
+ * (nothing is greater than it); otherwise NaN is never selected, and the
+ * scan ends at the first entry equal to the maximum of the others (-0 and
+ * +0 being equal; a row with nothing above -inf selects index 0). */
 static inline int64_t BK_FN(rk_first_max)(const BK_T *restrict x, int64_t n) {
   if (x[0] != x[0]) return 0;
-  BK_T lv[BK_LANES];
-  int64_t li[BK_LANES];
-  for (int l = 0; l < BK_LANES; l++) {
-    lv[l] = -INFINITY;
-    li[l] = 0;
-  }
+  const BK_T m = BK_FN(rk_max)(x, n);
   int64_t j = 0;
-  for (; j + BK_LANES <= n; j += BK_LANES) {
-#pragma omp simd
-    for (int l = 0; l < BK_LANES; l++) {
-      int up = x[j + l] > lv[l];
-      lv[l] = up ? x[j + l] : lv[l];
-      li[l] = up ? j + l : li[l];
-    }
-  }
-  BK_T bv = -INFINITY;
-  int64_t best = 0;
-  for (int l = 0; l < BK_LANES; l++)
-    if (lv[l] > bv || (lv[l] == bv && bv > -INFINITY && li[l] < best)) {
-      bv = lv[l];
-      best = li[l];
-    }
-  for (; j < n; j++)
-    if (x[j] > bv) {
-      bv = x[j];
-      best = j;
-    }
-  return best;
+  while (j < n - 1 && x[j] != m) j++;
+  return j;
 }
 
 static void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
