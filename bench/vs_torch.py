@@ -214,9 +214,10 @@ class TorchCPURT(TorchRT):
     """--device cpu: torch CPU tensors, bufkern's CPU backend reading the same memory through
     DLPack, numpy on the same arrays where a numpy composition exists (NUMPY below). Every library
     runs with the same number of threads (OMP_NUM_THREADS, default the machine's cores), and the
-    sides are timed interleaved: sample after sample, bufkern, PyTorch and numpy take turns, so
-    load from other processes on the machine falls on all of them alike; the minimum and the
-    median over the samples are reported."""
+    sides are timed interleaved: sample after sample, bufkern, PyTorch, numpy and a warm copy of
+    the case's bytes take turns, so load from other processes on the machine falls on all of them
+    alike, and the fraction of copy of a case is the same-samples copy time over its time; the
+    minimum and the median over the samples are reported."""
 
     interleaved = True
 
@@ -1069,9 +1070,17 @@ def run_case(rt, case, args, copy_gbs):
         np_fn = NUMPY.get(case.family)
         if np_fn is not None and not any(k.startswith("h_") for k in first):
             fns["np"] = lambda k: np_fn(sets[k % nrot], *dims)
+        # A warm copy of the case's bytes (half read, half written) as one more side, so the
+        # fraction of copy compares samples taken under the same load.
+        pair = []
+        if res["bytes"]:
+            pair = [torch.ones(max(1, int(res["bytes"]) // 2), dtype=torch.uint8)]
+            pair.append(torch.zeros_like(pair[0]))
+            fns["copy"] = lambda k: pair[1].copy_(pair[0])
         for side, (ms, samples, inner) in rt.time_sides(fns, warm, reps, target).items():
             res.update({f"{side}_ms": ms, f"{side}_min_ms": samples[0], f"{side}_inner": inner,
                         f"{side}_spread": [samples[0], samples[-1]]})
+        pair.clear()
     else:
         ms, samples, inner = rt.time(bk_call, warm, reps, target)
         res.update({"bk_ms": ms, "bk_inner": inner, "bk_spread": [samples[0], samples[-1]]})
@@ -1086,6 +1095,8 @@ def run_case(rt, case, args, copy_gbs):
             gbs = res["bytes"] / (t * 1e-3) / 1e9
             res[f"{side}_gbs"] = gbs
             res[f"{side}_frac_copy"] = gbs / copy_gbs if copy_gbs else None
+            if res.get("copy_ms"):  # the same-sample copy of the CPU runs
+                res[f"{side}_frac_copy"] = res["copy_ms"] / t
         if res["flops"]:
             res[f"{side}_tflops"] = res["flops"] / (t * 1e-3) / 1e12
     if res.get("aten_ms") and res.get("bk_ms"):

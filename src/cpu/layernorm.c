@@ -59,6 +59,7 @@ bk_status bk__cpu_layernorm_backward(bk_context *ctx, bk_dtype dt, const void *d
                                      int64_t rows, int64_t cols) {
   const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
   const int threads = bk_cpu_threads(rows * cols);
+  (void)threads; /* read only by the OpenMP pragmas */
   const int stream = bk__cpu_streams(ctx, (size_t)(rows * cols) * es);
   /* The number of row blocks: a function of rows and cols only. */
   int64_t blocks = LN_PARTIAL_BYTES / (2 * cols * (int64_t)sizeof(double));
