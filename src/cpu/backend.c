@@ -31,6 +31,16 @@ typedef struct cpu_block {
   size_t bytes; /* usable size */
 } cpu_block;
 
+/* Entries of the context's object cache (bk__cpu_cache_get/put). */
+#define CPU_CACHE_SLOTS 32
+
+typedef struct cpu_cached {
+  int kind;
+  int64_t key;
+  void *obj;
+  void (*free_fn)(void *);
+} cpu_cached;
+
 typedef struct cpu_ctx {
   size_t llc_bytes;   /* last-level cache: outputs above it stream */
   size_t pool_max;    /* bytes the pool may keep */
@@ -38,6 +48,8 @@ typedef struct cpu_ctx {
   size_t pool_bytes;
   int pool_n;
   cpu_block pool[CPU_POOL_SLOTS];
+  int cache_n; /* the object cache, under the same lock */
+  cpu_cached cache[CPU_CACHE_SLOTS];
 } cpu_ctx;
 
 static size_t sysconf_bytes(int name) {
@@ -64,6 +76,7 @@ static void cpu_context_fini(bk_context *ctx) {
   cpu_ctx *c = bk__ctx_impl(ctx);
   if (!c) return;
   for (int i = 0; i < c->pool_n; i++) free(c->pool[i].p);
+  for (int i = 0; i < c->cache_n; i++) c->cache[i].free_fn(c->cache[i].obj);
   pthread_mutex_destroy(&c->lock);
   bk__host_free(c);
   bk__ctx_set_impl(ctx, NULL);
@@ -72,6 +85,30 @@ static void cpu_context_fini(bk_context *ctx) {
 int bk__cpu_streams(const bk_context *ctx, size_t bytes) {
   const cpu_ctx *c = bk__ctx_impl(ctx);
   return c && bytes > c->llc_bytes;
+}
+
+void *bk__cpu_cache_get(bk_context *ctx, int kind, int64_t key) {
+  cpu_ctx *c = bk__ctx_impl(ctx);
+  void *obj = NULL;
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->cache_n && !obj; i++)
+    if (c->cache[i].kind == kind && c->cache[i].key == key) obj = c->cache[i].obj;
+  pthread_mutex_unlock(&c->lock);
+  return obj;
+}
+
+int bk__cpu_cache_put(bk_context *ctx, int kind, int64_t key, void *obj, void (*free_fn)(void *)) {
+  cpu_ctx *c = bk__ctx_impl(ctx);
+  int kept = 0;
+  pthread_mutex_lock(&c->lock);
+  int present = 0;
+  for (int i = 0; i < c->cache_n; i++) present |= c->cache[i].kind == kind && c->cache[i].key == key;
+  if (!present && c->cache_n < CPU_CACHE_SLOTS) {
+    c->cache[c->cache_n++] = (cpu_cached){kind, key, obj, free_fn};
+    kept = 1;
+  }
+  pthread_mutex_unlock(&c->lock);
+  return kept;
 }
 
 size_t bk__cpu_set_stream_bytes(bk_context *ctx, size_t bytes) {

@@ -104,6 +104,17 @@ static inline int64_t bk_cpu_chunk(int64_t n, int64_t per_unit, int threads) {
  * context). */
 int bk__cpu_streams(const bk_context *ctx, size_t bytes);
 
+/* The context's cache of objects a kernel builds once per geometry (FFT
+ * plans), keyed by (kind, key); thread-safe. get returns the object or
+ * NULL. put hands obj to the cache, to be released with free_fn when the
+ * context is destroyed, and returns 1; it returns 0 (the caller keeps obj)
+ * when the key is present or the cache is full. Cached objects are never
+ * changed or dropped while the context lives, so a pointer from get stays
+ * valid and may be read from several threads. */
+void *bk__cpu_cache_get(bk_context *ctx, int kind, int64_t key);
+int bk__cpu_cache_put(bk_context *ctx, int kind, int64_t key, void *obj, void (*free_fn)(void *));
+enum { BK_CPU_CACHE_FFT = 1 };
+
 /* Test hook: outputs above `bytes` stream on ctx (a CPU context) from now
  * on; 0 makes every output stream, SIZE_MAX none. Returns the previous
  * threshold (0 for a context that is not a CPU one, which is left alone).
