@@ -65,7 +65,7 @@ static void BK_FN(ln_forward_narrow)(const BK_T *x, const BK_T *gamma, const BK_
   bk_put_fence(stream);
 }
 
-static void BK_FN(ln_forward_block)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
+static BK_CPU_CLONES void BK_FN(ln_forward_block)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
                                     BK_T *out, BK_T *nrm, BK_T *inv_std, int64_t r0, int64_t r1,
                                     int64_t n, double eps, int stream) {
   BK_T tn[BK_CHUNK], to[BK_CHUNK];
@@ -99,7 +99,7 @@ static void BK_FN(ln_forward_block)(const BK_T *x, const BK_T *gamma, const BK_T
 /* One fixed block of rows [r0, r1) of the backward pass: dx of each row,
  * and the block's partial column sums pg[j] = sum dout*normalized,
  * pb[j] = sum dout over its rows in increasing order. */
-static void BK_FN(ln_backward_block)(const BK_T *dout, const BK_T *nrm, const BK_T *inv_std,
+static BK_CPU_CLONES void BK_FN(ln_backward_block)(const BK_T *dout, const BK_T *nrm, const BK_T *inv_std,
                                      const BK_T *gamma, BK_T *dx, double *pg, double *pb,
                                      int64_t r0, int64_t r1, int64_t n, int stream) {
   BK_T tile[BK_CHUNK];

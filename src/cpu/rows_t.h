@@ -6,7 +6,7 @@
 
 /* Rows narrower than the lanes go BK_LANES at a time, across the lanes
  * (typed_t.h), each row folded in index order as rk_sum64 folds it. */
-static void BK_FN(rows_sum_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
+static BK_CPU_CLONES void BK_FN(rows_sum_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
   if (n >= BK_LANES || n == 0) {
     for (int64_t r = r0; r < r1; r++) y[r] = (BK_T)BK_FN(rk_sum64)(x + r * n, n);
     return;
@@ -24,7 +24,7 @@ static void BK_FN(rows_sum_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1
   }
 }
 
-static void BK_FN(rows_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
+static BK_CPU_CLONES void BK_FN(rows_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
   if (n >= BK_LANES || n == 0) {
     for (int64_t r = r0; r < r1; r++) y[r] = n == 0 ? (BK_T)0 : BK_FN(rk_max)(x + r * n, n);
     return;
@@ -51,7 +51,7 @@ static inline int64_t BK_FN(rk_first_max)(const BK_T *restrict x, int64_t n) {
   return j;
 }
 
-static void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
+static BK_CPU_CLONES void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
                                         int64_t n, int stream) {
   BK_T tile[BK_CHUNK];
   if (n < BK_LANES) { /* narrow rows: the same scan in every lane */
