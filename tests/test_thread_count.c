@@ -70,6 +70,9 @@ static bk_status t_first_max(bk_context *c, bk_buffer *const *i, bk_buffer **o) 
 static bk_status t_topk(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
   return bk_rows_topk_mask(c, i[0], R, C, 17, &o[0]);
 }
+static bk_status t_topk_sorted(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  return bk_rows_topk_mask(c, i[0], R, C, 100, &o[0]);
+}
 static bk_status t_topk_direct(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
   return bk_rows_topk_mask(c, i[0], R * C / 40, 40, 5, &o[0]);
 }
@@ -162,7 +165,8 @@ static const tcase tcases[] = {
     {"rows_sum", {R * C}, t_rows_sum},
     {"rows_max", {R * C}, t_rows_max},
     {"rows_first_max_mask", {R * C}, t_first_max},
-    {"rows_topk_mask (sorted)", {R * C}, t_topk},
+    {"rows_topk_mask (selected)", {R * C}, t_topk},
+    {"rows_topk_mask (sorted)", {R * C}, t_topk_sorted},
     {"rows_topk_mask (direct)", {R * C / 40 * 40}, t_topk_direct},
     {"rows_masked_softmax", {R * C, R * C}, t_masked},
     {"vec_concat", {R * C, R * C}, t_concat},

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -169,6 +170,37 @@ static void topk_row_sorted(bk_dtype dt, const void *x, void *y, int64_t base, i
     bk_st(dt, y, base + sorted[pos].i, pos + sorted[pos].nan_before < k ? 1.0 : 0.0);
 }
 
+/* Long rows with a small k: one pass keeps the k best numbers in the strict
+ * order (value descending, index ascending) in a sorted buffer on the
+ * stack. Only an entry at sorted position below k can have pos +
+ * nan_before < k, so the buffer holds every number the mask keeps; a NaN is
+ * kept when its index is below k. */
+enum { TOPK_SELECT_MAX = 64 };
+
+static void topk_row_select(bk_dtype dt, const void *x, void *y, int64_t base, int64_t cols,
+                            int64_t k) {
+  topk_entry best[TOPK_SELECT_MAX];
+  int64_t nb = 0, nans = 0;
+  for (int64_t i = 0; i < cols; i++) {
+    const double v = bk_ld(dt, x, base + i);
+    if (isnan(v)) {
+      nans++;
+      continue;
+    }
+    /* A later equal value never beats an earlier one. */
+    if (nb == k && !(v > best[k - 1].v)) continue;
+    int64_t j = nb < k ? nb++ : k - 1;
+    for (; j > 0 && best[j - 1].v < v; j--) best[j] = best[j - 1];
+    best[j] = (topk_entry){v, i, nans};
+  }
+  const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
+  memset((char *)y + (size_t)base * es, 0, (size_t)cols * es); /* +0 in both dtypes */
+  for (int64_t i = 0; i < k; i++)
+    if (isnan(bk_ld(dt, x, base + i))) bk_st(dt, y, base + i, 1.0);
+  for (int64_t p = 0; p < nb; p++)
+    if (p + best[p].nan_before < k) bk_st(dt, y, base + best[p].i, 1.0);
+}
+
 bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
                                  int64_t rows, int64_t cols, int64_t k) {
   (void)ctx;
@@ -183,6 +215,11 @@ bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, vo
   if (cols <= TOPK_DIRECT_MAX) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t r = 0; r < rows; r++) topk_row_direct(dt, x, y, r * cols, cols, k);
+    return BK_OK;
+  }
+  if (k >= 1 && k <= TOPK_SELECT_MAX && k < cols) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (int64_t r = 0; r < rows; r++) topk_row_select(dt, x, y, r * cols, cols, k);
     return BK_OK;
   }
 
