@@ -29,169 +29,181 @@ static const int64_t D3[3] = {7, 131, 113};
 typedef struct tcase {
   const char *name;
   int64_t len[NIN]; /* input lengths, 0 ends the list */
-  bk_status (*run)(bk_context *c, bk_buffer *const *in, bk_buffer **out);
+  int id; /* run_case */
 } tcase;
 
 static uint64_t tc_idx[K];
 
-static bk_status t_softmax_last(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_softmax(c, i[0], D3, 3, 2, &o[0]);
-}
-static bk_status t_softmax_mid(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_softmax(c, i[0], D3, 3, 1, &o[0]);
-}
-static bk_status t_softmax_narrow(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  static const int64_t d[2] = {R * C / 3, 3};
-  return bk_softmax(c, i[0], d, 2, 1, &o[0]);
-}
-static bk_status t_xent_w(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_xent_weighted_mean(c, i[0], i[1], R, C, &o[0]);
-}
-static bk_status t_xent_t(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_xent_teacher(c, i[0], i[1], R, C, 0, &o[0]);
-}
-static bk_status t_xent_tg(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_xent_teacher(c, i[0], i[1], R, C, 1, &o[0]);
-}
-static bk_status t_conv(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  static const int64_t in_dims[3] = {9, 8, 1500}, k_dims[3] = {8, 8, 5};
-  static const int64_t stride[1] = {1}, pb[1] = {3}, pa[1] = {1}, dil[1] = {2};
-  return bk_conv(c, i[0], i[1], i[2], in_dims, 3, k_dims, 1, stride, pb, pa, dil, 2, &o[0]);
-}
-static bk_status t_rows_sum(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_sum(c, i[0], R, C, &o[0]);
-}
-static bk_status t_rows_max(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_max(c, i[0], R, C, &o[0]);
-}
-static bk_status t_first_max(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_first_max_mask(c, i[0], R, C, &o[0]);
-}
-static bk_status t_topk(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_topk_mask(c, i[0], R, C, 17, &o[0]);
-}
-static bk_status t_topk_sorted(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_topk_mask(c, i[0], R, C, 100, &o[0]);
-}
-static bk_status t_topk_direct(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_topk_mask(c, i[0], R * C / 40, 40, 5, &o[0]);
-}
-static bk_status t_masked(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_masked_softmax(c, i[0], i[1], R, C, &o[0]);
-}
-static bk_status t_concat(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_vec_concat(c, i[0], i[1], R * C, R * C, &o[0]);
-}
-static bk_status t_slice(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_vec_slice(c, i[0], R * C, 11, R * C - 20, &o[0]);
-}
-static bk_status t_bcol(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_broadcast_col(c, i[0], R, C, &o[0]);
-}
 static const int64_t tb_in[3] = {1, 131, 113}, tb_out[4] = {3, 7, 131, 113},
                      tb_map[4] = {0, 1, 2, 3};
-static bk_status t_bto(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_broadcast_to(c, i[0], tb_in, 3, tb_out, 4, tb_map, &o[0]);
-}
-static bk_status t_badj(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_broadcast_to_adjoint(c, i[0], tb_in, 3, tb_out, 4, tb_map, &o[0]);
-}
-static bk_status t_swap(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_swap_adjacent(c, i[0], D3, 3, 1, &o[0]);
-}
-static bk_status t_sum_axis(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_sum_axis(c, i[0], D3, 3, 1, &o[0]);
-}
-static bk_status t_ln_f(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_layernorm_forward(c, i[0], i[1], i[2], R, C, 1e-5, &o[0], &o[1], &o[2]);
-}
-static bk_status t_ln_f_narrow(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_layernorm_forward(c, i[0], i[1], i[2], R * C / 5, 5, 1e-5, &o[0], &o[1], &o[2]);
-}
-static bk_status t_masked_narrow(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_masked_softmax(c, i[0], i[1], R * C / 7, 7, &o[0]);
-}
-static bk_status t_ln_b(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_layernorm_backward(c, i[0], i[1], i[2], i[3], R, C, &o[0], &o[1], &o[2]);
-}
-static bk_status t_bmm(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_bmm(c, i[0], i[1], 5, 37, 41, 43, 0, 1, &o[0]);
-}
-static bk_status t_bmm_s(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  int flag = 0;
-  return bk_bmm_scaled(c, i[0], i[1], 5, 37, 41, 43, 1, 0, 0.5, &o[0], &flag);
-}
-static bk_status t_rfft(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rfft(c, i[0], 97, 1000, &o[0]);
-}
-static bk_status t_rfft_blue(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rfft(c, i[0], 97, 1009, &o[0]);
-}
-static bk_status t_irfft(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_irfft(c, i[0], 97, 1001, &o[0]);
-}
-static bk_status t_irfft_u(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_irfft_unnormalized(c, i[0], 97, 1000, &o[0]);
-}
-static bk_status t_scan(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_scan_diag(c, i[0], i[1], i[2], i[3], T, S, &o[0]);
-}
-static bk_status t_scan_b(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_scan_diag_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], T, S, &o[0], &o[1], &o[2],
-                               &o[3]);
-}
-static bk_status t_scan_v(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_scan_diag_var(c, i[0], i[1], i[2], i[3], T, S, &o[0]);
-}
-static bk_status t_scan_vb(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_scan_diag_var_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], T, S, &o[0], &o[1],
-                                   &o[2], &o[3]);
-}
-static bk_status t_gather(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_gather(c, i[0], R, C, tc_idx, K, &o[0]);
-}
-static bk_status t_scatter(bk_context *c, bk_buffer *const *i, bk_buffer **o) {
-  return bk_rows_scatter_add(c, i[0], i[1], R, C, tc_idx, K, &o[0]);
+
+enum {
+  T_SOFTMAX_LAST,
+  T_SOFTMAX_MID,
+  T_SOFTMAX_NARROW,
+  T_XENT_W,
+  T_XENT_T,
+  T_XENT_TG,
+  T_CONV,
+  T_ROWS_SUM,
+  T_ROWS_MAX,
+  T_FIRST_MAX,
+  T_TOPK,
+  T_TOPK_SORTED,
+  T_TOPK_DIRECT,
+  T_MASKED,
+  T_CONCAT,
+  T_SLICE,
+  T_BCOL,
+  T_BTO,
+  T_BADJ,
+  T_SWAP,
+  T_SUM_AXIS,
+  T_LN_F,
+  T_LN_F_NARROW,
+  T_MASKED_NARROW,
+  T_LN_B,
+  T_BMM,
+  T_BMM_S,
+  T_RFFT,
+  T_RFFT_BLUE,
+  T_IRFFT,
+  T_IRFFT_U,
+  T_SCAN,
+  T_SCAN_B,
+  T_SCAN_V,
+  T_SCAN_VB,
+  T_GATHER,
+  T_SCATTER,
+};
+
+/* Calls case `id` on c with inputs i; outputs go to o. */
+static const int64_t d_narrow[2] = {R * C / 3, 3};
+static const int64_t in_dims[3] = {9, 8, 1500}, k_dims[3] = {8, 8, 5};
+static const int64_t stride[1] = {1}, pb[1] = {3}, pa[1] = {1}, dil[1] = {2};
+
+static bk_status run_case(int id, bk_context *c, bk_buffer *const *i, bk_buffer **o) {
+  int flag = 0; /* bk_bmm_scaled's range-loss flag, not compared */
+  switch (id) {
+    case T_SOFTMAX_LAST:
+      return bk_softmax(c, i[0], D3, 3, 2, &o[0]);
+    case T_SOFTMAX_MID:
+      return bk_softmax(c, i[0], D3, 3, 1, &o[0]);
+    case T_SOFTMAX_NARROW:
+      return bk_softmax(c, i[0], d_narrow, 2, 1, &o[0]);
+    case T_XENT_W:
+      return bk_xent_weighted_mean(c, i[0], i[1], R, C, &o[0]);
+    case T_XENT_T:
+      return bk_xent_teacher(c, i[0], i[1], R, C, 0, &o[0]);
+    case T_XENT_TG:
+      return bk_xent_teacher(c, i[0], i[1], R, C, 1, &o[0]);
+    case T_CONV:
+      return bk_conv(c, i[0], i[1], i[2], in_dims, 3, k_dims, 1, stride, pb, pa, dil, 2, &o[0]);
+    case T_ROWS_SUM:
+      return bk_rows_sum(c, i[0], R, C, &o[0]);
+    case T_ROWS_MAX:
+      return bk_rows_max(c, i[0], R, C, &o[0]);
+    case T_FIRST_MAX:
+      return bk_rows_first_max_mask(c, i[0], R, C, &o[0]);
+    case T_TOPK:
+      return bk_rows_topk_mask(c, i[0], R, C, 17, &o[0]);
+    case T_TOPK_SORTED:
+      return bk_rows_topk_mask(c, i[0], R, C, 100, &o[0]);
+    case T_TOPK_DIRECT:
+      return bk_rows_topk_mask(c, i[0], R * C / 40, 40, 5, &o[0]);
+    case T_MASKED:
+      return bk_rows_masked_softmax(c, i[0], i[1], R, C, &o[0]);
+    case T_CONCAT:
+      return bk_vec_concat(c, i[0], i[1], R * C, R * C, &o[0]);
+    case T_SLICE:
+      return bk_vec_slice(c, i[0], R * C, 11, R * C - 20, &o[0]);
+    case T_BCOL:
+      return bk_broadcast_col(c, i[0], R, C, &o[0]);
+    case T_BTO:
+      return bk_broadcast_to(c, i[0], tb_in, 3, tb_out, 4, tb_map, &o[0]);
+    case T_BADJ:
+      return bk_broadcast_to_adjoint(c, i[0], tb_in, 3, tb_out, 4, tb_map, &o[0]);
+    case T_SWAP:
+      return bk_swap_adjacent(c, i[0], D3, 3, 1, &o[0]);
+    case T_SUM_AXIS:
+      return bk_sum_axis(c, i[0], D3, 3, 1, &o[0]);
+    case T_LN_F:
+      return bk_layernorm_forward(c, i[0], i[1], i[2], R, C, 1e-5, &o[0], &o[1], &o[2]);
+    case T_LN_F_NARROW:
+      return bk_layernorm_forward(c, i[0], i[1], i[2], R * C / 5, 5, 1e-5, &o[0], &o[1], &o[2]);
+    case T_MASKED_NARROW:
+      return bk_rows_masked_softmax(c, i[0], i[1], R * C / 7, 7, &o[0]);
+    case T_LN_B:
+      return bk_layernorm_backward(c, i[0], i[1], i[2], i[3], R, C, &o[0], &o[1], &o[2]);
+    case T_BMM:
+      return bk_bmm(c, i[0], i[1], 5, 37, 41, 43, 0, 1, &o[0]);
+    case T_BMM_S:
+      return bk_bmm_scaled(c, i[0], i[1], 5, 37, 41, 43, 1, 0, 0.5, &o[0], &flag);
+    case T_RFFT:
+      return bk_rfft(c, i[0], 97, 1000, &o[0]);
+    case T_RFFT_BLUE:
+      return bk_rfft(c, i[0], 97, 1009, &o[0]);
+    case T_IRFFT:
+      return bk_irfft(c, i[0], 97, 1001, &o[0]);
+    case T_IRFFT_U:
+      return bk_irfft_unnormalized(c, i[0], 97, 1000, &o[0]);
+    case T_SCAN:
+      return bk_scan_diag(c, i[0], i[1], i[2], i[3], T, S, &o[0]);
+    case T_SCAN_B:
+      return bk_scan_diag_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], T, S, &o[0], &o[1], &o[2],
+                                 &o[3]);
+    case T_SCAN_V:
+      return bk_scan_diag_var(c, i[0], i[1], i[2], i[3], T, S, &o[0]);
+    case T_SCAN_VB:
+      return bk_scan_diag_var_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], T, S, &o[0], &o[1],
+                                     &o[2], &o[3]);
+    case T_GATHER:
+      return bk_rows_gather(c, i[0], R, C, tc_idx, K, &o[0]);
+    case T_SCATTER:
+      return bk_rows_scatter_add(c, i[0], i[1], R, C, tc_idx, K, &o[0]);
+    default:
+      return BK_ERR_INVALID_ARGUMENT;
+  }
 }
 
 static const tcase tcases[] = {
-    {"softmax (last axis)", {7 * 131 * 113}, t_softmax_last},
-    {"softmax (middle axis)", {7 * 131 * 113}, t_softmax_mid},
-    {"softmax (3 columns)", {R * C / 3 * 3}, t_softmax_narrow},
-    {"xent_weighted_mean", {R * C, R * C}, t_xent_w},
-    {"xent_teacher", {R * C, R * C}, t_xent_t},
-    {"xent_teacher gradient", {R * C, R * C}, t_xent_tg},
-    {"conv", {9 * 8 * 1500, 8 * 8 * 5, 8}, t_conv},
-    {"rows_sum", {R * C}, t_rows_sum},
-    {"rows_max", {R * C}, t_rows_max},
-    {"rows_first_max_mask", {R * C}, t_first_max},
-    {"rows_topk_mask (selected)", {R * C}, t_topk},
-    {"rows_topk_mask (sorted)", {R * C}, t_topk_sorted},
-    {"rows_topk_mask (direct)", {R * C / 40 * 40}, t_topk_direct},
-    {"rows_masked_softmax", {R * C, R * C}, t_masked},
-    {"vec_concat", {R * C, R * C}, t_concat},
-    {"vec_slice", {R * C}, t_slice},
-    {"broadcast_col", {R}, t_bcol},
-    {"broadcast_to", {131 * 113}, t_bto},
-    {"broadcast_to_adjoint", {3 * 7 * 131 * 113}, t_badj},
-    {"swap_adjacent", {7 * 131 * 113}, t_swap},
-    {"sum_axis", {7 * 131 * 113}, t_sum_axis},
-    {"layernorm_forward", {R * C, C, C}, t_ln_f},
-    {"layernorm_forward (5 columns)", {R * C / 5 * 5, 5, 5}, t_ln_f_narrow},
-    {"rows_masked_softmax (7 columns)", {R * C / 7 * 7, R * C / 7 * 7}, t_masked_narrow},
-    {"layernorm_backward", {R * C, R * C, R, C}, t_ln_b},
-    {"bmm", {5 * 37 * 41, 5 * 43 * 41}, t_bmm},
-    {"bmm_scaled", {5 * 41 * 37, 5 * 41 * 43}, t_bmm_s},
-    {"rfft", {97 * 1000}, t_rfft},
-    {"rfft (Bluestein)", {97 * 1009}, t_rfft_blue},
-    {"irfft", {97 * 501 * 2}, t_irfft},
-    {"irfft_unnormalized", {97 * 501 * 2}, t_irfft_u},
-    {"scan_diag", {S, S, T * S, S}, t_scan},
-    {"scan_diag_backward", {S, S, T * S, S, T * S, T * S}, t_scan_b},
-    {"scan_diag_var", {T * S, T * S, T * S, S}, t_scan_v},
-    {"scan_diag_var_backward", {T * S, T * S, T * S, S, T * S, T * S}, t_scan_vb},
-    {"rows_gather", {R * C}, t_gather},
-    {"rows_scatter_add", {R * C, K * C}, t_scatter},
+    {"softmax (last axis)", {7 * 131 * 113}, T_SOFTMAX_LAST},
+    {"softmax (middle axis)", {7 * 131 * 113}, T_SOFTMAX_MID},
+    {"softmax (3 columns)", {R * C / 3 * 3}, T_SOFTMAX_NARROW},
+    {"xent_weighted_mean", {R * C, R * C}, T_XENT_W},
+    {"xent_teacher", {R * C, R * C}, T_XENT_T},
+    {"xent_teacher gradient", {R * C, R * C}, T_XENT_TG},
+    {"conv", {9 * 8 * 1500, 8 * 8 * 5, 8}, T_CONV},
+    {"rows_sum", {R * C}, T_ROWS_SUM},
+    {"rows_max", {R * C}, T_ROWS_MAX},
+    {"rows_first_max_mask", {R * C}, T_FIRST_MAX},
+    {"rows_topk_mask (selected)", {R * C}, T_TOPK},
+    {"rows_topk_mask (sorted)", {R * C}, T_TOPK_SORTED},
+    {"rows_topk_mask (direct)", {R * C / 40 * 40}, T_TOPK_DIRECT},
+    {"rows_masked_softmax", {R * C, R * C}, T_MASKED},
+    {"vec_concat", {R * C, R * C}, T_CONCAT},
+    {"vec_slice", {R * C}, T_SLICE},
+    {"broadcast_col", {R}, T_BCOL},
+    {"broadcast_to", {131 * 113}, T_BTO},
+    {"broadcast_to_adjoint", {3 * 7 * 131 * 113}, T_BADJ},
+    {"swap_adjacent", {7 * 131 * 113}, T_SWAP},
+    {"sum_axis", {7 * 131 * 113}, T_SUM_AXIS},
+    {"layernorm_forward", {R * C, C, C}, T_LN_F},
+    {"layernorm_forward (5 columns)", {R * C / 5 * 5, 5, 5}, T_LN_F_NARROW},
+    {"rows_masked_softmax (7 columns)", {R * C / 7 * 7, R * C / 7 * 7}, T_MASKED_NARROW},
+    {"layernorm_backward", {R * C, R * C, R, C}, T_LN_B},
+    {"bmm", {5 * 37 * 41, 5 * 43 * 41}, T_BMM},
+    {"bmm_scaled", {5 * 41 * 37, 5 * 41 * 43}, T_BMM_S},
+    {"rfft", {97 * 1000}, T_RFFT},
+    {"rfft (Bluestein)", {97 * 1009}, T_RFFT_BLUE},
+    {"irfft", {97 * 501 * 2}, T_IRFFT},
+    {"irfft_unnormalized", {97 * 501 * 2}, T_IRFFT_U},
+    {"scan_diag", {S, S, T * S, S}, T_SCAN},
+    {"scan_diag_backward", {S, S, T * S, S, T * S, T * S}, T_SCAN_B},
+    {"scan_diag_var", {T * S, T * S, T * S, S}, T_SCAN_V},
+    {"scan_diag_var_backward", {T * S, T * S, T * S, S, T * S, T * S}, T_SCAN_VB},
+    {"rows_gather", {R * C}, T_GATHER},
+    {"rows_scatter_add", {R * C, K * C}, T_SCATTER},
 };
 #define NCASES ((int)(sizeof tcases / sizeof tcases[0]))
 
@@ -205,7 +217,7 @@ static bk_status run_with(const tcase *tc, bk_buffer *const *in, int threads, in
   (void)threads;
 #endif
   size_t old = bk__cpu_set_stream_bytes(tl_ctx, stream ? 0 : SIZE_MAX);
-  bk_status st = tc->run(tl_ctx, in, out);
+  bk_status st = run_case(tc->id, tl_ctx, in, out);
   bk__cpu_set_stream_bytes(tl_ctx, old);
   return st;
 }

@@ -20,19 +20,8 @@
 #define LN_PARTIAL_BYTES ((int64_t)8 << 20)
 #define LN_MAX_BLOCKS 64
 
-#define BK_T float
-#define BK_T_F32 1
-#include "typed_t.h"
-#include "layernorm_t.h"
-#undef BK_T
-#undef BK_T_F32
-
-#define BK_T double
-#define BK_T_F32 0
-#include "typed_t.h"
-#include "layernorm_t.h"
-#undef BK_T
-#undef BK_T_F32
+#define BK_TEMPLATE "layernorm_t.h"
+#include "instantiate.h"
 
 bk_status bk__cpu_layernorm_forward(bk_context *ctx, bk_dtype dt, const void *x,
                                     const void *gamma, const void *beta, void *out,

@@ -18,19 +18,8 @@
 #include <omp.h>
 #endif
 
-#define BK_T float
-#define BK_T_F32 1
-#include "typed_t.h"
-#include "rows_t.h"
-#undef BK_T
-#undef BK_T_F32
-
-#define BK_T double
-#define BK_T_F32 0
-#include "typed_t.h"
-#include "rows_t.h"
-#undef BK_T
-#undef BK_T_F32
+#define BK_TEMPLATE "rows_t.h"
+#include "instantiate.h"
 
 /* ---- sum, max and the first-max mask ------------------------------------------ */
 

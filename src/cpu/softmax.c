@@ -27,19 +27,8 @@
 
 enum { SOFTMAX_TILE = 64 };
 
-#define BK_T float
-#define BK_T_F32 1
-#include "typed_t.h"
-#include "softmax_t.h"
-#undef BK_T
-#undef BK_T_F32
-
-#define BK_T double
-#define BK_T_F32 0
-#include "typed_t.h"
-#include "softmax_t.h"
-#undef BK_T
-#undef BK_T_F32
+#define BK_TEMPLATE "softmax_t.h"
+#include "instantiate.h"
 
 bk_status bk__cpu_softmax(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
                           int64_t n, int64_t inner) {

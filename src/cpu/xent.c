@@ -40,19 +40,8 @@ typedef struct teacher_row {
   double mt, zt; /* teacher: max, sum exp(T - mt) */
 } teacher_row;
 
-#define BK_T float
-#define BK_T_F32 1
-#include "typed_t.h"
-#include "xent_t.h"
-#undef BK_T
-#undef BK_T_F32
-
-#define BK_T double
-#define BK_T_F32 0
-#include "typed_t.h"
-#include "xent_t.h"
-#undef BK_T
-#undef BK_T_F32
+#define BK_TEMPLATE "xent_t.h"
+#include "instantiate.h"
 
 /* Sums the per-row partials in row order and stores sum / max(rows, 1). */
 static void store_mean(bk_dtype dt, void *y, const double *part, int64_t rows) {
