@@ -77,11 +77,11 @@ enum {
   T_SCATTER,
 };
 
-/* Calls case `id` on c with inputs i; outputs go to o. */
 static const int64_t d_narrow[2] = {R * C / 3, 3};
 static const int64_t in_dims[3] = {9, 8, 1500}, k_dims[3] = {8, 8, 5};
 static const int64_t stride[1] = {1}, pb[1] = {3}, pa[1] = {1}, dil[1] = {2};
 
+/* Calls case `id` on c with inputs i; outputs go to o. */
 static bk_status run_case(int id, bk_context *c, bk_buffer *const *i, bk_buffer **o) {
   int flag = 0; /* bk_bmm_scaled's range-loss flag, not compared */
   switch (id) {
