@@ -85,8 +85,8 @@ static BK_CPU_CLONES void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, in
     const int64_t best = BK_FN(rk_first_max)(x + r * n, n);
     for (int64_t c = 0; c < n; c += BK_CHUNK) {
       const int64_t len = n - c < BK_CHUNK ? n - c : BK_CHUNK;
-#pragma omp simd
-      for (int64_t j = 0; j < len; j++) tile[j] = c + j == best ? (BK_T)1 : (BK_T)0;
+      memset(tile, 0, (size_t)len * sizeof *tile); /* +0 in both dtypes */
+      if (best >= c && best < c + len) tile[best - c] = (BK_T)1;
       BK_FN(bk_put)(y + r * n + c, tile, len, stream);
     }
   }
