@@ -1477,11 +1477,11 @@ def sweep_main(args):
         r.update({"primitive": s.prim, "sweep_family": s.family, "class": sweep_shapes.CLASSES[s.klass][0],
                   "index": s.index, "shape": s.line().split(" ", 4)[4], "x": x, "x_name": x_name})
         results.append(r)
+    meta["load_after"] = os.getloadavg()
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "shapes": results}, indent=1, default=str))
     if args.md:
         write_sweep_markdown(args.md, meta, results)
-    meta["load_after"] = os.getloadavg()
     if args.device == "cpu":
         print_cpu_summary(meta, results)
     bad = [r for r in results if r["status"] != "ok"]
