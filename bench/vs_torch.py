@@ -27,6 +27,8 @@ Usage (GPU machine: torch with CUDA, numpy, matplotlib):
         --json bench.json --md bench.md --plots bench-plots
     python bench/vs_torch.py --quick --filter 'softmax|bmm'
     python bench/vs_torch.py --dry-run          # CPU, tiny shapes, bufkern side only
+    OMP_NUM_THREADS=2 python bench/vs_torch.py --device cpu --sweep --max-bytes 268435456 \
+        --json cpu.json   # CPU: bufkern, PyTorch's CPU kernels, numpy and a copy, interleaved
 Exit status: 0 when every case ran and agreed, 1 when a case failed or disagreed,
 2 when the run could not start.
 """
