@@ -237,6 +237,7 @@ bk_status bk__cpu_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y,
   if (width > BK_SUM_BLOCK_MAX) width = BK_SUM_BLOCK_MAX;
   const int64_t nblk = (inner + width - 1) / width, items = outer * nblk;
   const int64_t chunk = bk_cpu_chunk(items, n * width, threads);
+  (void)chunk; /* read only by the OpenMP pragma */
 #pragma omp parallel for schedule(dynamic, chunk) num_threads(threads) if (threads > 1)
   for (int64_t it = 0; it < items; it++) {
     int64_t o = it / nblk, t0 = (it % nblk) * width;
