@@ -16,7 +16,8 @@ The sweep summary gives, per primitive and dtype, the minimum, median and geomet
 fraction of the same-run copy bandwidth (from the C harness when given, else from the bufkern
 side of vs_torch.py) and of the speedup over ATen's composition (ATen's time over bufkern's,
 same process), the minimum fraction of copy where the plotted extent (row width for the row
-family) is at least 4096, and how many shapes were slower than ATen. --plots writes, per
+family) is at least 4096, and how many shapes were slower than ATen; for a CPU run
+(vs_torch.py --device cpu) also the speedup over numpy where it has a composition. --plots writes, per
 primitive and dtype, the fraction of copy against that extent (matplotlib; skipped with a
 message when it is not installed).
 """
@@ -136,6 +137,7 @@ def load_sweep(bench_paths, vs_paths):
             d["vs_frac_copy"] = r.get("bk_frac_copy")
             d["aten_frac_copy"] = r.get("aten_frac_copy")
             d["speedup"] = r.get("speedup")
+            d["speedup_np"] = r.get("speedup_np")
     return shapes, copies
 
 
@@ -155,6 +157,11 @@ def sweep_table(shapes, copies):
            "", "| primitive | dtype | shapes (large + medium) | failed | % of copy: min | median | geomean "
            "| min where x >= 4096 | speedup over ATen: min | median | geomean | slower than ATen |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    # CPU runs (vs_torch.py --device cpu) time numpy too: two more columns.
+    with_np = any(d.get("speedup_np") for d in shapes.values())
+    if with_np:
+        out[-2] += " speedup over numpy: min | median |"
+        out[-1] += "---|---|"
     groups = {}
     for (prim, dtype, klass, _), d in shapes.items():
         groups.setdefault((prim, dtype), []).append((klass, d))
@@ -175,6 +182,9 @@ def sweep_table(shapes, copies):
             out.append(f"| {prim} | {dtype} | {large} + {len(rows) - large} | {failed} | {_pct3(fc)} | "
                        f"{'' if not wide else f'{100 * wide[0]:.0f}%'} | {spc} | "
                        f"{f'{slower} of {len(timed)}' if timed else ''} |")
+            if with_np:
+                sn = _stats([d.get("speedup_np") for _, d in rows])
+                out[-1] += f" {sn[0]:.2f}x | {sn[1]:.2f}x |" if sn else " | |"
     worst = sorted(((d["frac_copy"], k, d) for k, d in shapes.items() if d.get("frac_copy")),
                    key=lambda t: t[0])[:10]
     if worst:
@@ -220,6 +230,46 @@ def sweep_plots(shapes, directory):
     return written
 
 
+def combined_plot(shapes, path):
+    """One figure: bufkern's fraction of copy (top) and its speedup over ATen / PyTorch (bottom)
+    against each shape's plotted extent, every primitive and dtype, large shapes filled."""
+    plt = sweep_shapes.pyplot()
+    if plt is None:
+        return None
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    prims = list(dict.fromkeys(p for p, _, _, _ in shapes))
+    cmap = plt.get_cmap("tab20")
+    for n, prim in enumerate(prims):
+        for dtype, marker in (("f32", "o"), ("f64", "s")):
+            for klass, fill in (("large", True), ("medium", False)):
+                rows = [d for (p, dt, k, _), d in shapes.items() if p == prim and dt == dtype and k == klass]
+                color = cmap(n % 20)
+                kw = {"marker": marker, "s": 22, "edgecolors": color,
+                      "facecolors": color if fill else "none"}
+                pts = [(d["x"], 100 * d["frac_copy"]) for d in rows if d.get("frac_copy") and d.get("x")]
+                if pts:
+                    ax1.scatter(*zip(*pts), label=prim if dtype == "f32" and klass == "large" else None, **kw)
+                pts = [(d["x"], d["speedup"]) for d in rows if d.get("speedup") and d.get("x")]
+                if pts:
+                    ax2.scatter(*zip(*pts), **kw)
+    ax1.set_xscale("log", base=2)
+    ax1.set_ylabel("bufkern, % of copy bandwidth")
+    ax1.axhline(80, color="gray", lw=0.8, ls="--")
+    ax1.set_ylim(0, 200)  # a medium shape read from cache can pass the copy rate: off the top
+    ax1.grid(True, alpha=0.3)
+    ax1.legend(fontsize=6, ncol=4)
+    ax2.set_yscale("log", base=2)
+    ax2.axhline(1, color="gray", lw=0.8, ls="--")
+    ax2.set_ylabel("speedup over ATen (time ratio)")
+    ax2.set_xlabel("plotted extent (row width, axis length, FFT length, ...)")
+    ax2.grid(True, alpha=0.3)
+    ax1.set_title("circles f32, squares f64; filled: inputs of 64-256 MB, open: 1-8 MB")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", help="JSON lines from `bufkern bench --json`")
@@ -229,6 +279,7 @@ def main():
     ap.add_argument("--sweep-vs", action="append", default=[],
                     help="JSON from bench/vs_torch.py --sweep --json (repeatable)")
     ap.add_argument("--plots", help="with the sweep: write PNG plots into this directory")
+    ap.add_argument("--combined-plot", help="with the sweep: one PNG of every primitive (this file)")
     a = ap.parse_args()
     if a.bench:
         print("### `bufkern bench` (C harness, CUDA events)\n")
@@ -245,6 +296,8 @@ def main():
         if a.plots:
             for p in sweep_plots(shapes, a.plots):
                 print(f"plot: {p}", file=sys.stderr)
+        if a.combined_plot and combined_plot(shapes, a.combined_plot):
+            print(f"plot: {a.combined_plot}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ Usage (GPU machine: torch with CUDA, numpy, matplotlib):
         --json bench.json --md bench.md --plots bench-plots
     python bench/vs_torch.py --quick --filter 'softmax|bmm'
     python bench/vs_torch.py --dry-run          # CPU, tiny shapes, bufkern side only
+    OMP_NUM_THREADS=2 python bench/vs_torch.py --device cpu --sweep --max-bytes 268435456 \
+        --json cpu.json   # CPU: bufkern, PyTorch's CPU kernels, numpy and a copy, interleaved
 Exit status: 0 when every case ran and agreed, 1 when a case failed or disagreed,
 2 when the run could not start.
 """
@@ -208,6 +210,98 @@ class TorchRT:
         pair.clear()
         self.free()
         return 2 * nbytes / (ms * 1e-3) / 1e9, ms
+
+
+class TorchCPURT(TorchRT):
+    """--device cpu: torch CPU tensors, bufkern's CPU backend reading the same memory through
+    DLPack, numpy on the same arrays where a numpy composition exists (NUMPY below). Every library
+    runs with the same number of threads (OMP_NUM_THREADS, default the machine's cores), and the
+    sides are timed interleaved: sample after sample, bufkern, PyTorch, numpy and a warm copy of
+    the case's bytes take turns, so load from other processes on the machine falls on all of them
+    alike, and the fraction of copy of a case is the same-samples copy time over its time; the
+    minimum and the median over the samples are reported."""
+
+    interleaved = True
+
+    def __init__(self, seed: int = 0):
+        self.device = torch.device("cpu")
+        self.threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+        torch.set_num_threads(self.threads)
+        self.gen = torch.Generator()
+        self.gen.manual_seed(seed)
+        self.ctx = bufkern.Context("cpu")
+        self.name = f"CPU ({platform.processor() or platform.machine()}, {self.threads} threads)"
+        l2 = os.sysconf("SC_LEVEL2_CACHE_SIZE") if "SC_LEVEL2_CACHE_SIZE" in os.sysconf_names else 0
+        self.l2_bytes = int(l2 or 2**20)
+
+    def sync(self):
+        pass
+
+    def free(self):
+        gc.collect()
+
+    def _calls(self, fn, k, inner):
+        t0 = time.perf_counter()
+        for j in range(inner):
+            fn(k + j)
+        return (time.perf_counter() - t0) * 1e3 / inner
+
+    def time_sides(self, fns, warmup, repeats, target_ms):
+        """{side: (median ms, sorted samples, calls per sample)} for each fn(k) of the dict fns,
+        the samples of the sides taken in turn."""
+        inner = {}
+        for side, fn in fns.items():
+            for k in range(warmup):
+                fn(k)
+            est = max(self._calls(fn, warmup, 1), 1e-3)
+            inner[side] = int(min(200, max(1, round(target_ms / est))))
+        samples = {side: [] for side in fns}
+        k = warmup + 1
+        for _ in range(max(repeats, 3)):
+            for side, fn in fns.items():
+                samples[side].append(self._calls(fn, k, inner[side]))
+                k += inner[side]
+        return {side: (float(np.median(v)), sorted(v), inner[side]) for side, v in samples.items()}
+
+    def time(self, fn, warmup, repeats, target_ms):
+        return self.time_sides({"x": fn}, warmup, repeats, target_ms)["x"]
+
+    def copy_bandwidth(self, nbytes, repeats):
+        """Warm memory (both buffers written before timing), copied by torch with the same
+        threads; the minimum over the repeats."""
+        src = torch.ones(nbytes, dtype=torch.uint8)
+        dst = torch.zeros_like(src)
+        _, samples, _ = self.time(lambda k: dst.copy_(src), 2, repeats, 0.0)
+        return 2 * nbytes / (samples[0] * 1e-3) / 1e9, samples[0]
+
+
+def _np_softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _np_bmm(i, Bt, M, N, P, ta=0, tb=0):
+    a = i["a"].numpy()
+    b = i["b"].numpy()
+    return np.matmul(a.swapaxes(1, 2) if ta else a, b.swapaxes(1, 2) if tb else b)
+
+
+# numpy compositions by case family, on the torch CPU tensors' memory (zero-copy views): the
+# third side of --device cpu. Families without one show no numpy column.
+NUMPY = {
+    "softmax": lambda i, R, C: _np_softmax(i["x"].numpy(), -1),
+    "sweep_softmax": lambda i, R, C: _np_softmax(i["x"].numpy(), -1),
+    "softmax_mid": lambda i, A, M, Z: _np_softmax(i["x"].numpy(), 1),
+    "rows_sum": lambda i, R, C: i["x"].numpy().sum(1),
+    "sweep_rows_sum": lambda i, R, C: i["x"].numpy().sum(1),
+    "rows_max": lambda i, R, C: i["x"].numpy().max(1),
+    "sum_axis": lambda i, A, M, Z: i["x"].numpy().sum(1),
+    "rfft": lambda i, Bt, N: np.fft.rfft(i["x"].numpy(), axis=-1),
+    "irfft": lambda i, Bt, N: np.fft.irfft(i["s"].numpy().view(np.complex64 if i["s"].dtype == torch.float32
+                                                              else np.complex128)[..., 0], n=N, axis=-1),
+    "bmm": _np_bmm,
+    "sweep_bmm": _np_bmm,
+}
 
 
 class NumpyRT:
@@ -967,15 +1061,35 @@ def run_case(rt, case, args, copy_gbs):
     def bk_call(k):
         return case.bk_fn(rt, rt.ctx, bsets[k % nrot], *dims)
 
-    ms, samples, inner = rt.time(bk_call, warm, reps, target)
-    res.update({"bk_ms": ms, "bk_inner": inner, "bk_spread": [samples[0], samples[-1]]})
-    if rt.is_torch and "aten_error" not in res:
-        def aten_call(k):
-            return case.aten_fn(rt, sets[k % nrot], *dims)
+    def aten_call(k):
+        return case.aten_fn(rt, sets[k % nrot], *dims)
 
-        ms, samples, inner = rt.time(aten_call, warm, reps, target)
-        res.update({"aten_ms": ms, "aten_inner": inner, "aten_spread": [samples[0], samples[-1]]})
-    for side in ("bk", "aten"):
+    if getattr(rt, "interleaved", False):
+        # The CPU: every side's samples in turn, numpy too where it has a composition.
+        fns = {"bk": bk_call}
+        if "aten_error" not in res:
+            fns["aten"] = aten_call
+        np_fn = NUMPY.get(case.family)
+        if np_fn is not None and not any(k.startswith("h_") for k in first):
+            fns["np"] = lambda k: np_fn(sets[k % nrot], *dims)
+        # A warm copy of the case's bytes (half read, half written) as one more side, so the
+        # fraction of copy compares samples taken under the same load.
+        pair = []
+        if res["bytes"]:
+            pair = [torch.ones(max(1, int(res["bytes"]) // 2), dtype=torch.uint8)]
+            pair.append(torch.zeros_like(pair[0]))
+            fns["copy"] = lambda k: pair[1].copy_(pair[0])
+        for side, (ms, samples, inner) in rt.time_sides(fns, warm, reps, target).items():
+            res.update({f"{side}_ms": ms, f"{side}_min_ms": samples[0], f"{side}_inner": inner,
+                        f"{side}_spread": [samples[0], samples[-1]]})
+        pair.clear()
+    else:
+        ms, samples, inner = rt.time(bk_call, warm, reps, target)
+        res.update({"bk_ms": ms, "bk_inner": inner, "bk_spread": [samples[0], samples[-1]]})
+        if rt.is_torch and "aten_error" not in res:
+            ms, samples, inner = rt.time(aten_call, warm, reps, target)
+            res.update({"aten_ms": ms, "aten_inner": inner, "aten_spread": [samples[0], samples[-1]]})
+    for side in ("bk", "aten", "np"):
         t = res.get(f"{side}_ms")
         if t is None:
             continue
@@ -983,10 +1097,16 @@ def run_case(rt, case, args, copy_gbs):
             gbs = res["bytes"] / (t * 1e-3) / 1e9
             res[f"{side}_gbs"] = gbs
             res[f"{side}_frac_copy"] = gbs / copy_gbs if copy_gbs else None
+            if res.get("copy_ms"):  # the same-sample copy of the CPU runs
+                res[f"{side}_frac_copy"] = res["copy_ms"] / t
         if res["flops"]:
             res[f"{side}_tflops"] = res["flops"] / (t * 1e-3) / 1e12
     if res.get("aten_ms") and res.get("bk_ms"):
         res["speedup"] = res["aten_ms"] / res["bk_ms"]
+    if res.get("np_ms") and res.get("bk_ms"):
+        res["speedup_np"] = res["np_ms"] / res["bk_ms"]
+    if res.get("aten_min_ms") and res.get("bk_min_ms"):
+        res["speedup_min"] = res["aten_min_ms"] / res["bk_min_ms"]
     return res
 
 
@@ -1359,15 +1479,41 @@ def sweep_main(args):
         r.update({"primitive": s.prim, "sweep_family": s.family, "class": sweep_shapes.CLASSES[s.klass][0],
                   "index": s.index, "shape": s.line().split(" ", 4)[4], "x": x, "x_name": x_name})
         results.append(r)
+    meta["load_after"] = os.getloadavg()
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "shapes": results}, indent=1, default=str))
     if args.md:
         write_sweep_markdown(args.md, meta, results)
+    if args.device == "cpu":
+        print_cpu_summary(meta, results)
     bad = [r for r in results if r["status"] != "ok"]
     slower = [r for r in results if r.get("speedup") is not None and r["speedup"] < 1]
     print(f"{len(results) - len(bad)}/{len(results)} shapes ok; {len(bad)} failed or disagreed; "
           f"{len(slower)} slower than ATen", flush=True)
     return 1 if bad else 0
+
+
+def _geomean(v):
+    return math.exp(sum(math.log(x) for x in v) / len(v)) if v else None
+
+
+def print_cpu_summary(meta, results):
+    """Per primitive over the sweep: min / median / geomean of bufkern's fraction of the copy
+    bandwidth and of its speedup over PyTorch and numpy (time ratios of the medians; above 1:
+    bufkern faster), and how many shapes were slower than PyTorch."""
+    print(f"\nload average before {meta.get('load_before')}, after {meta.get('load_after')}")
+    print(f"{'primitive':22s} {'n':>3s} {'% of copy min/med/geo':>24s} {'vs torch min/med/geo':>22s} "
+          f"{'slower':>6s} {'vs numpy min/med':>17s}")
+    prims = dict.fromkeys(r.get("primitive") for r in results)
+    for p in prims:
+        rs = [r for r in results if r.get("primitive") == p and r["status"] == "ok"]
+        fr = sorted(r["bk_frac_copy"] for r in rs if r.get("bk_frac_copy"))
+        sp = sorted(r["speedup"] for r in rs if r.get("speedup"))
+        sn = sorted(r["speedup_np"] for r in rs if r.get("speedup_np"))
+        f3 = (f"{100 * fr[0]:5.0f} {100 * np.median(fr):5.0f} {100 * _geomean(fr):5.0f}%" if fr else "-")
+        s3 = f"{sp[0]:5.2f} {np.median(sp):5.2f} {_geomean(sp):5.2f}" if sp else "-"
+        n2 = f"{sn[0]:5.2f} {np.median(sn):5.2f}" if sn else "-"
+        print(f"{p:22s} {len(rs):3d} {f3:>24s} {s3:>22s} {sum(x < 1 for x in sp):6d} {n2:>17s}")
 
 
 def write_sweep_markdown(path, meta, results):
@@ -1460,6 +1606,17 @@ def start_runtime(args):
                   file=sys.stderr)
             return None
         torch, F = _torch, _F
+        if args.device == "cpu":
+            rt = TorchCPURT()
+            meta["torch"] = torch.__version__
+            meta["threads"] = rt.threads
+            meta["load_before"] = os.getloadavg()
+            meta["device_name"] = rt.name
+            meta["l2_bytes"] = rt.l2_bytes
+            copy_bytes = 256 * 2**20
+            copy_gbs, copy_ms = rt.copy_bandwidth(copy_bytes, 5 if args.quick else 10)
+            meta.update({"copy_gbs": copy_gbs, "copy_ms": copy_ms, "copy_bytes": copy_bytes})
+            return rt, meta, copy_gbs
         if not torch.cuda.is_available():
             print("vs_torch: torch.cuda.is_available() is False; use --dry-run on a CPU", file=sys.stderr)
             return None
@@ -1493,6 +1650,8 @@ def run_and_print(rt, c, args, copy_gbs, label=None):
         line += f" bufkern {r['bk_ms']:.4f} ms"
         if r.get("aten_ms") is not None:
             line += f"  ATen {r['aten_ms']:.4f} ms  x{r['speedup']:.2f}"
+        if r.get("np_ms") is not None:
+            line += f"  numpy {r['np_ms']:.4f} ms  x{r['speedup_np']:.2f}"
         if r.get("bk_frac_copy") is not None:
             line += f"  {100 * r['bk_frac_copy']:.0f}% of copy"
         if r.get("bk_tflops") is not None:

@@ -64,6 +64,15 @@
  *  - Every primitive is deterministic: the same inputs on the same device and
  *    build give bitwise-identical results. Results of different backends agree
  *    within the tolerances of the accuracy section of the contract.
+ *  - On the CPU the results are also the same for every number of OpenMP
+ *    threads: the work is cut into units (rows, tiles, fixed blocks of rows)
+ *    whose results do not depend on how they are shared out, and every sum
+ *    has a layout fixed by the geometry alone. The exception is the products
+ *    of bk_bmm and bk_bmm_scaled in a build with OpenBLAS: they are as
+ *    repeatable across thread counts as OpenBLAS is, which may split a dot
+ *    product differently for different thread counts. Code paths chosen at
+ *    run time for the processor (AVX2 or baseline x86-64) compute the same
+ *    operations in the same order and give the same bits.
  *  - Zero-length buffers are valid everywhere and hold no device memory.
  *
  * Thread safety: a context is used by one thread at a time; buffers may be
@@ -381,7 +390,14 @@ BK_API BK_NODISCARD bk_status bk_buffer_to_dlpack(const bk_buffer *buf,
  * fibre maximum. *out has the shape and length of x.
  *
  * Empty tensor (some dim 0): empty result. A fibre holding NaN, +inf, or
- * only -inf yields NaN entries in that fibre.
+ * only -inf yields NaN entries in that fibre. On the CPU each exponential is
+ * evaluated once, in the dtype (float32 exponentials for float32 data,
+ * within 2 ulp; an argument below -86, resp. -707 for float64, gives 0), the
+ * sum of a fibre's exponentials is formed in float64 (for float32 from
+ * float32 partial sums of at most 64 terms), and each output is its
+ * exponential times the reciprocal of the sum: within a few float32
+ * roundings of the exact value. bk_rows_masked_softmax and the
+ * cross-entropies take their exponentials the same way.
  * Returns BK_ERR_NULL, BK_ERR_INVALID_ARGUMENT (rank 0 or above BK_MAX_RANK,
  * axis outside [0, rank), negative dim, length != product(dims)),
  * BK_ERR_DTYPE, BK_ERR_DEVICE_MISMATCH, BK_ERR_OUT_OF_MEMORY, BK_ERR_DEVICE.
@@ -485,8 +501,9 @@ BK_API BK_NODISCARD bk_status bk_conv(bk_context *ctx, const bk_buffer *input,
 /* ------------------------------------------------------------------------ */
 
 /* out[i] = sum_j x[i,j], length rows; cols == 0 gives rows zeros. float32
- * data is accumulated in float64 on both backends (in index order on the CPU,
- * a fixed tree of float64 partial sums on CUDA), deterministic. */
+ * data is accumulated in float64 on both backends (on the CPU in 16
+ * interleaved partial sums folded pairwise, in index order for rows shorter
+ * than 16; a fixed tree of float64 partial sums on CUDA), deterministic. */
 BK_API BK_NODISCARD bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, int64_t rows,
                                           int64_t cols, bk_buffer **out);
 
@@ -625,9 +642,11 @@ BK_API BK_NODISCARD bk_status bk_layernorm_forward(bk_context *ctx, const bk_buf
  * S1 = sum g, S2 = sum g*normalized;
  * dx = inv_std/cols * (cols*g - S1 - normalized*S2) (rows, cols);
  * dgamma[j] = sum_i dout[i,j]*normalized[i,j]; dbeta[j] = sum_i dout[i,j]
- * (cols each, summed over rows in a fixed order: increasing row order on the
- * CPU; on CUDA, per-block partials over fixed sets of rows, folded in a fixed
- * grouping and order). cols == 0 is
+ * (cols each, summed over rows in a fixed order: on the CPU in increasing
+ * row order within at most 64 blocks of consecutive rows, whose number
+ * depends only on rows and cols, the blocks' float64 partials then added in
+ * block order; on CUDA, per-block partials over fixed sets of rows, folded
+ * in a fixed grouping and order). cols == 0 is
  * BK_ERR_INVALID_ARGUMENT; rows == 0 gives empty dx and zero dgamma, dbeta.
  */
 BK_API BK_NODISCARD bk_status bk_layernorm_backward(bk_context *ctx, const bk_buffer *dout,

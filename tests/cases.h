@@ -110,7 +110,8 @@ static bk_status c_irfft_u(bk_context *c, const case_inputs *i, bk_buffer **o) {
   return bk_irfft_unnormalized(c, i->in[0], 2, 10, &o[0]);
 }
 /* Paths a small geometry misses: Bluestein FFTs (a prime length above the
- * largest direct radix, 64), the sorted top-k path (rows above 64 columns),
+ * largest direct radix, 64), the sorted top-k path (rows above 64 columns,
+ * k above 64),
  * the ones fill of k >= cols, and a convolution over an empty input whose
  * result is the bias alone. */
 static bk_status c_rfft_blue(bk_context *c, const case_inputs *i, bk_buffer **o) {
@@ -120,7 +121,7 @@ static bk_status c_irfft_blue(bk_context *c, const case_inputs *i, bk_buffer **o
   return bk_irfft(c, i->in[0], 1, 134, &o[0]);
 }
 static bk_status c_topk_sorted(bk_context *c, const case_inputs *i, bk_buffer **o) {
-  return bk_rows_topk_mask(c, i->in[0], 2, 70, 5, &o[0]);
+  return bk_rows_topk_mask(c, i->in[0], 2, 70, 66, &o[0]);
 }
 static bk_status c_topk_all(bk_context *c, const case_inputs *i, bk_buffer **o) {
   return bk_rows_topk_mask(c, i->in[0], 4, 6, 6, &o[0]);

@@ -12,7 +12,11 @@
  * fewest bytes the primitive must move: inputs read once, outputs written
  * once; TFLOP/s for the contractions), that rate as a percentage of the
  * device-to-device copy bandwidth measured in the same run (a 1 GiB
- * bk_buffer_copy, counting bytes read plus bytes written). ATen times come
+ * bk_buffer_copy, counting bytes read plus bytes written; on the CPU 256 MiB,
+ * after warm-up calls: the CPU backend splits the copy over its OpenMP
+ * threads and takes the result's memory from the context's pool of large
+ * blocks, so the copy runs on warm memory with the threads the kernels
+ * use, as every kernel's output does). ATen times come
  * only from the same run, in bench/vs_torch.py. A case whose primitive
  * returns a status prints that status and the run goes on.
  *
@@ -24,7 +28,7 @@
  * when every case ran, 1 when some case or the setup failed, 2 for a usage
  * error.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* sysconf(_SC_LEVEL3_CACHE_SIZE) */
 
 #include "bufkern.h"
 #include "bench_latency.h"
@@ -40,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int bk_tool_bench(int argc, char **argv);
 int bk_tool_bench_sweep(int argc, char **argv);
@@ -56,7 +61,7 @@ void bk_tool_json_string(FILE *f, const char *s);
 
 #define MAX_REPEATS 32
 #define MAX_INPUTS 6
-#define MAX_SETS 8
+#define MAX_SETS 32
 
 typedef struct bench {
   bk_context *ctx;
@@ -277,7 +282,7 @@ static bk_status make_input(bench *b, bk_dtype dt, int64_t n, int kind, bk_buffe
 
 /* ---- timing ------------------------------------------------------------------------ */
 
-static bk_status sync(bench *b) { return bk_context_synchronize(b->ctx); }
+static bk_status bench_sync(bench *b) { return bk_context_synchronize(b->ctx); }
 
 /* Times `repeats` calls of one case (input set i % nsets for call i) and
  * stores the median milliseconds. */
@@ -293,7 +298,7 @@ static bk_status time_calls(bench *b, const bcase *c, bk_buffer *sets[][MAX_INPU
       st = c->call(b, c, sets[i % nsets]);
       cudaEventRecord(b->ev[2 * i + 1], b->stream);
     }
-    bk_status s2 = sync(b);
+    bk_status s2 = bench_sync(b);
     if (st != BK_OK) return st;
     if (s2 != BK_OK) return s2;
     for (int i = 0; i < reps; i++) {
@@ -424,7 +429,7 @@ static void run_case(bench *b, bcase *c) {
       sets[s][4] = h;
     }
   }
-  if (st == BK_OK) st = sync(b);
+  if (st == BK_OK) st = bench_sync(b);
   double ms = 0;
   /* Cases with host indices upload them through the context's ring of
    * pinned staging slots, each grown on its first large upload: the warm-up
@@ -434,13 +439,13 @@ static void run_case(bench *b, bcase *c) {
   if (c->idx && warmup * nsets < 4) warmup = (4 + nsets - 1) / nsets;
   for (int w = 0; w < warmup && st == BK_OK; w++)
     for (int s = 0; s < nsets && st == BK_OK; s++) st = c->call(b, c, sets[s]);
-  if (st == BK_OK) st = sync(b);
+  if (st == BK_OK) st = bench_sync(b);
   if (st == BK_OK) st = time_calls(b, c, sets, nsets, &ms);
   if (st == BK_OK)
     report(b, c->name, ms, c->bytes, c->flops, 0);
   else
     report_status(b, c->name, st);
-  (void)sync(b);
+  (void)bench_sync(b);
   for (int s = 0; s < nsets; s++)
     for (int i = 0; i < MAX_INPUTS; i++) bk_buffer_release(sets[s][i]);
   free_case(c);
@@ -487,7 +492,7 @@ static void measure_copy(bench *b) {
       st = bk_buffer_copy(b->ctx, src, &y);
       bk_buffer_release(y);
     }
-    if (st == BK_OK) st = sync(b);
+    if (st == BK_OK) st = bench_sync(b);
 #ifdef BK_HAVE_CUDA
     if (st == BK_OK && b->cuda) {
       for (int i = 0; i < reps && st == BK_OK; i++) {
@@ -497,7 +502,7 @@ static void measure_copy(bench *b) {
         cudaEventRecord(b->ev[2 * i + 1], b->stream);
         bk_buffer_release(y);
       }
-      if (st == BK_OK) st = sync(b);
+      if (st == BK_OK) st = bench_sync(b);
       for (int i = 0; i < reps && st == BK_OK; i++) {
         float e = 0;
         cudaEventElapsedTime(&e, b->ev[2 * i], b->ev[2 * i + 1]);
@@ -535,7 +540,7 @@ static void run_latency(bench *b, const char *name, int bmm) {
   int64_t dims[2] = {8, 8};
   bk_status st = make_input(b, BK_F32, bmm ? 4 * 16 * 16 : 64, K_UNIFORM, &x);
   if (st == BK_OK && bmm) st = make_input(b, BK_F32, 4 * 16 * 16, K_UNIFORM, &w);
-  if (st == BK_OK) st = sync(b);
+  if (st == BK_OK) st = bench_sync(b);
   double t0 = 0, t1 = 0;
   for (int pass = 0; pass < 2 && st == BK_OK; pass++) {
     /* Pass 0 warms up (allocator pools, library handles). */
@@ -547,7 +552,7 @@ static void run_latency(bench *b, const char *name, int bmm) {
                : bk_softmax(b->ctx, x, dims, 2, 1, &y);
       bk_buffer_release(y);
     }
-    if (st == BK_OK) st = sync(b);
+    if (st == BK_OK) st = bench_sync(b);
     t1 = now_s();
   }
   if (st == BK_OK)
@@ -942,6 +947,10 @@ int bk_tool_bench(int argc, char **argv) {
   b.warmup = b.quick ? 1 : 3;
   b.repeats = b.quick ? 5 : 20;
   b.l2_bytes = 50e6;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  /* On the CPU the cache that can hold a repeat's inputs is the last level. */
+  if (!b.cuda && sysconf(_SC_LEVEL3_CACHE_SIZE) > 0) b.l2_bytes = (double)sysconf(_SC_LEVEL3_CACHE_SIZE);
+#endif
 
   bk_status st = bk_context_create(b.dev, &b.ctx);
   if (st != BK_OK) {

@@ -14,7 +14,12 @@
 
 #include "../backend.h"
 
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 static inline double bk_ld(bk_dtype dt, const void *p, int64_t i) {
   return dt == BK_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
@@ -29,6 +34,92 @@ static inline void bk_st(bk_dtype dt, void *p, int64_t i, double v) {
 
 /* Loops shorter than this many element operations stay on one thread. */
 #define BK_CPU_PARALLEL_MIN 32768
+
+/* Largest per-thread scratch (bytes) a kernel takes to write its output
+ * only once; a fibre needing more is written in place instead. */
+#define BK_CPU_SCRATCH_MAX ((int64_t)8 << 20)
+
+/* Threads for a loop over `work` element operations: one below
+ * BK_CPU_PARALLEL_MIN, else OpenMP's team size. */
+static inline int bk_cpu_threads(int64_t work) {
+#ifdef _OPENMP
+  return work >= BK_CPU_PARALLEL_MIN ? omp_get_max_threads() : 1;
+#else
+  (void)work;
+  return 1;
+#endif
+}
+
+/* The calling thread's number in its team (0 outside a parallel region). */
+static inline int bk_cpu_thread(void) {
+#ifdef _OPENMP
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
+
+/* In a parallel region: the calling thread's block [*u0, *u1) of n units,
+ * the static split of n over the team (one contiguous block per thread).
+ * Kernels compute every unit the same way whatever block it falls in. */
+static inline void bk_cpu_block(int64_t n, int64_t *u0, int64_t *u1) {
+#ifdef _OPENMP
+  int64_t t = omp_get_num_threads(), i = omp_get_thread_num();
+#else
+  int64_t t = 1, i = 0;
+#endif
+  int64_t q = n / t, rem = n % t;
+  *u0 = i * q + (i < rem ? i : rem);
+  *u1 = *u0 + q + (i < rem);
+}
+
+/*
+ * Work handed out in chunks: in a parallel region each thread calls
+ *   for (int64_t u0, u1; bk_cpu_take(&next, n, chunk, &u0, &u1);) kernel(u0, u1);
+ * with `next` (zero before the region) shared, and so takes chunks of units
+ * until none is left. A thread that the machine delays takes fewer chunks
+ * instead of holding the others up; as every unit is computed the same way
+ * whoever takes it, results do not depend on the split.
+ */
+static inline int bk_cpu_take(atomic_llong *next, int64_t n, int64_t chunk, int64_t *u0,
+                              int64_t *u1) {
+  const int64_t s = (int64_t)atomic_fetch_add(next, (long long)chunk);
+  if (s >= n) return 0;
+  *u0 = s;
+  *u1 = n - s < chunk ? n : s + chunk;
+  return 1;
+}
+
+/* Units per chunk for n units of `per_unit` element operations each: about
+ * BK_CPU_PARALLEL_MIN operations, and at least eight chunks per thread. */
+static inline int64_t bk_cpu_chunk(int64_t n, int64_t per_unit, int threads) {
+  int64_t c = BK_CPU_PARALLEL_MIN / (per_unit > 0 ? per_unit : 1);
+  const int64_t share = n / (8 * (int64_t)threads);
+  if (c > share) c = share;
+  return c > 0 ? c : 1;
+}
+
+/* Whether an output of `bytes` should be written with streaming stores:
+ * when it exceeds the last-level cache of ctx's machine (read once per
+ * context). */
+int bk__cpu_streams(const bk_context *ctx, size_t bytes);
+
+/* The context's cache of objects a kernel builds once per geometry (FFT
+ * plans), keyed by (kind, key); thread-safe. get returns the object or
+ * NULL. put hands obj to the cache, to be released with free_fn when the
+ * context is destroyed, and returns 1; it returns 0 (the caller keeps obj)
+ * when the key is present or the cache is full. Cached objects are never
+ * changed or dropped while the context lives, so a pointer from get stays
+ * valid and may be read from several threads. */
+void *bk__cpu_cache_get(bk_context *ctx, int kind, int64_t key);
+int bk__cpu_cache_put(bk_context *ctx, int kind, int64_t key, void *obj, void (*free_fn)(void *));
+enum { BK_CPU_CACHE_FFT = 1 };
+
+/* Test hook: outputs above `bytes` stream on ctx (a CPU context) from now
+ * on; 0 makes every output stream, SIZE_MAX none. Returns the previous
+ * threshold (0 for a context that is not a CPU one, which is left alone).
+ * The tests use it to run each kernel through both of its store paths. */
+BK_API size_t bk__cpu_set_stream_bytes(bk_context *ctx, size_t bytes);
 
 /* ---- families (one file each under src/cpu) ------------------------------ */
 

@@ -54,6 +54,7 @@ typedef struct plan {
   cpx *chirp;        /* (m) exp(-pi i k^2/m) */
   cpx *kernel;       /* (M) DFT of the conjugate chirp, scaled by 1/M */
   int64_t scratch;   /* complex scratch one transform needs (2M or 0) */
+  cpx *half;         /* top-level plans of a real even length 2m: (m+1) exp(-pi i k/m) */
 } plan;
 
 /* Splits m into radices, 4 first (fewest passes), then 2, 3, 5 and the other
@@ -94,8 +95,11 @@ static void plan_free(plan *p) {
   bk__host_free(p->w);
   bk__host_free(p->chirp);
   bk__host_free(p->kernel);
+  bk__host_free(p->half);
   bk__host_free(p);
 }
+
+static void plan_free_cached(void *p) { plan_free(p); }
 
 static void exec(const plan *p, const cpx *in, cpx *out, cpx *scratch);
 
@@ -302,28 +306,29 @@ static void exec(const plan *p, const cpx *in, cpx *out, cpx *scratch) {
 
 /* ---- real transforms ---------------------------------------------------------------- */
 
-/* Everything one call shares: the complex plan, the half-length twiddles
- * of the even path, and per-thread scratch. */
+/* Everything one call shares: the complex plan (with the half-length
+ * twiddles of the even path), and per-thread scratch. Plans are cached in
+ * the context by real length: the first call of a length that completes
+ * hands its plan to the cache, later ones find it there. */
 typedef struct job {
   int64_t n, m;  /* real length, complex length (n/2 for even n, else n) */
   plan *p;       /* the complex transform */
-  cpx *half;     /* (n/2+1) exp(-2 pi i k/n), even n only */
+  int owned;     /* p is this job's to free (not, or not yet, cached) */
   cpx *scratch;  /* (threads, per) */
   int64_t per;   /* complex values of scratch per thread */
   int threads;
 } job;
 
 static void job_free(job *j) {
-  plan_free(j->p);
-  bk__host_free(j->half);
+  if (j->owned) plan_free(j->p);
   bk__host_free(j->scratch);
 }
 
-static bk_status job_make(const char *fn, int64_t n, int64_t batch, job *j) {
+static bk_status job_make(bk_context *ctx, const char *fn, int64_t n, int64_t batch, job *j) {
   j->n = n;
   j->m = n % 2 == 0 ? n / 2 : n;
-  j->p = NULL;
-  j->half = NULL;
+  j->p = bk__cpu_cache_get(ctx, BK_CPU_CACHE_FFT, n);
+  j->owned = j->p == NULL;
   j->scratch = NULL;
   j->threads = 1;
 #ifdef _OPENMP
@@ -332,11 +337,11 @@ static bk_status job_make(const char *fn, int64_t n, int64_t batch, job *j) {
   if ((int64_t)j->threads > batch) j->threads = (int)batch;
 #endif
   (void)batch;
-  bk_status st = plan_make(fn, j->m, &j->p);
-  if (st == BK_OK && n % 2 == 0) {
-    st = alloc_cpx(fn, n / 2 + 1, &j->half);
+  bk_status st = j->p ? BK_OK : plan_make(fn, j->m, &j->p);
+  if (st == BK_OK && j->owned && n % 2 == 0) {
+    st = alloc_cpx(fn, n / 2 + 1, &j->p->half);
     if (st == BK_OK) {
-      for (int64_t k = 0; k <= n / 2; k++) j->half[k] = unit_root(2 * k, n);
+      for (int64_t k = 0; k <= n / 2; k++) j->p->half[k] = unit_root(2 * k, n);
     }
   }
   if (st == BK_OK) {
@@ -347,8 +352,15 @@ static bk_status job_make(const char *fn, int64_t n, int64_t batch, job *j) {
     else
       st = alloc_cpx(fn, j->per * j->threads, &j->scratch);
   }
-  if (st != BK_OK) job_free(j);
-  return st;
+  if (st != BK_OK) {
+    job_free(j);
+    return st;
+  }
+  /* Only a plan whose call got everything it needs is cached, so a call
+   * allocates the same way until it first succeeds. */
+  if (j->owned && bk__cpu_cache_put(ctx, BK_CPU_CACHE_FFT, n, j->p, plan_free_cached))
+    j->owned = 0;
+  return BK_OK;
 }
 
 static int thread_id(void) {
@@ -385,7 +397,7 @@ static void rfft_one(const job *j, bk_dtype dt, const void *x, int64_t xo, void 
     const cpx b = Z[k == 0 ? 0 : m - k];
     const cpx e = {0.5 * (a.re + b.re), 0.5 * (a.im - b.im)};
     const cpx o = {0.5 * (a.im + b.im), -0.5 * (a.re - b.re)};
-    const cpx wo = cmul(j->half[k], o);
+    const cpx wo = cmul(j->p->half[k], o);
     /* Bins 0 and n/2 are real: their imaginary parts cancel exactly. */
     const int real_bin = k == 0 || k == m;
     bk_st(dt, y, yo + 2 * k, e.re + wo.re);
@@ -427,7 +439,7 @@ static void irfft_one(const job *j, bk_dtype dt, const void *spec, int64_t so, v
     const cpx b = BIN(m - k);
     const cpx e = {a.re + b.re, a.im - b.im};
     const cpx d = {a.re - b.re, a.im + b.im};
-    const cpx wi = {j->half[k].re, -j->half[k].im}; /* W_n^{-k} */
+    const cpx wi = {j->p->half[k].re, -j->p->half[k].im}; /* W_n^{-k} */
     const cpx o = cmul(d, wi);
     Z[k] = (cpx){e.re - o.im, -(e.im + o.re)}; /* conj(e + i o) */
   }
@@ -441,9 +453,8 @@ static void irfft_one(const job *j, bk_dtype dt, const void *spec, int64_t so, v
 
 bk_status bk__cpu_rfft(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t batch,
                        int64_t n) {
-  (void)ctx;
   job j;
-  bk_status st = job_make("bk_rfft", n, batch, &j);
+  bk_status st = job_make(ctx, "bk_rfft", n, batch, &j);
   if (st != BK_OK) return st;
   const int64_t bins = 2 * (n / 2 + 1);
 #pragma omp parallel for schedule(static) num_threads(j.threads) \
@@ -456,9 +467,8 @@ bk_status bk__cpu_rfft(bk_context *ctx, bk_dtype dt, const void *x, void *y, int
 
 bk_status bk__cpu_irfft(bk_context *ctx, bk_dtype dt, const void *spec, void *y, int64_t batch,
                         int64_t n, int normalize) {
-  (void)ctx;
   job j;
-  bk_status st = job_make(normalize ? "bk_irfft" : "bk_irfft_unnormalized", n, batch, &j);
+  bk_status st = job_make(ctx, normalize ? "bk_irfft" : "bk_irfft_unnormalized", n, batch, &j);
   if (st != BK_OK) return st;
   const int64_t bins = 2 * (n / 2 + 1);
 #pragma omp parallel for schedule(static) num_threads(j.threads) \

@@ -4,10 +4,9 @@
  * Indices arrive checked (each <= UINT32_MAX); an index >= rows selects an
  * exact +0 row in the gather and is skipped by the scatter-add. The gather
  * copies rows as bytes, so every bit arrives unchanged. The scatter-add folds
- * the contributions to one element in increasing r and rounds to the dtype
- * after every addition (a sum of two floats formed in double and rounded to
- * float is the correctly rounded float sum), which is the contract's
- * ((mat[i] + v_first) + v_second) + ... evaluated in the dtype.
+ * the contributions to one element in increasing r with one addition in the
+ * dtype each, which is the contract's ((mat[i] + v_first) + v_second) + ...
+ * evaluated in the dtype.
  */
 #include "cpu.h"
 
@@ -30,28 +29,50 @@ bk_status bk__cpu_rows_gather(bk_context *ctx, bk_dtype dt, const void *mat, voi
   return BK_OK;
 }
 
-/* Columns per parallel work item of the scatter-add. */
+/* Fewest columns per parallel work item of the scatter-add. */
 #define BK_SCATTER_COLS 256
 
 bk_status bk__cpu_rows_scatter_add(bk_context *ctx, bk_dtype dt, const void *mat,
                                    const void *values, void *y, int64_t rows, int64_t cols,
                                    const uint64_t *idx, int64_t k) {
   (void)ctx;
-  /* mat, y (rows, cols); values (k, cols). */
-  memcpy(y, mat, (size_t)rows * (size_t)cols * bk__dtype_size(dt));
+  /* mat, y (rows, cols); values (k, cols). The copy of mat is split over
+   * the threads in byte ranges when it is large. */
+  const size_t bytes = (size_t)rows * (size_t)cols * bk__dtype_size(dt);
+#pragma omp parallel if (bytes >= ((size_t)4 << 20))
+  {
+    int64_t u0, u1;
+    bk_cpu_block((int64_t)bytes, &u0, &u1);
+    if (u1 > u0) memcpy((char *)y + u0, (const char *)mat + u0, (size_t)(u1 - u0));
+  }
   /* Work items own disjoint column blocks and each walks r in increasing
    * order, so every element receives its terms in the contract's order no
-   * matter how the blocks are spread over threads. */
-  const int64_t blocks = (cols + BK_SCATTER_COLS - 1) / BK_SCATTER_COLS;
-#pragma omp parallel for schedule(static) if (blocks > 1 && k * cols >= BK_CPU_PARALLEL_MIN)
+   * matter how the blocks are spread over threads. Each addition is one
+   * IEEE addition in the dtype, the contract's fold exactly. */
+  /* Blocks as wide as the threads allow (at least BK_SCATTER_COLS columns),
+   * so each row of values is read in long contiguous runs. */
+  const int threads = bk_cpu_threads(k * cols);
+  int64_t width = (cols + 2 * threads - 1) / (2 * threads);
+  if (width < BK_SCATTER_COLS) width = BK_SCATTER_COLS;
+  const int64_t blocks = (cols + width - 1) / width;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (blocks > 1 && threads > 1)
   for (int64_t b = 0; b < blocks; b++) {
-    int64_t j0 = b * BK_SCATTER_COLS;
-    int64_t j1 = cols - j0 < BK_SCATTER_COLS ? cols : j0 + BK_SCATTER_COLS;
+    int64_t j0 = b * width;
+    int64_t j1 = cols - j0 < width ? cols : j0 + width;
     for (int64_t r = 0; r < k; r++) {
       if (idx[r] >= (uint64_t)rows) continue;
-      int64_t dst = (int64_t)idx[r] * cols, src = r * cols;
-      for (int64_t j = j0; j < j1; j++)
-        bk_st(dt, y, dst + j, bk_ld(dt, y, dst + j) + bk_ld(dt, values, src + j));
+      const int64_t dst = (int64_t)idx[r] * cols, src = r * cols;
+      if (dt == BK_F32) {
+        float *restrict yr = (float *)y + dst;
+        const float *restrict vr = (const float *)values + src;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; j++) yr[j] += vr[j];
+      } else {
+        double *restrict yr = (double *)y + dst;
+        const double *restrict vr = (const double *)values + src;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; j++) yr[j] += vr[j];
+      }
     }
   }
   return BK_OK;

@@ -222,21 +222,39 @@ bk_status bk__cpu_swap_adjacent(bk_context *ctx, bk_dtype dt, const void *x, voi
  * accumulators, so the reads along each row of the inner axis stay
  * contiguous while every position keeps its own fold over n. */
 #define BK_SUM_BLOCK 256
+#define BK_SUM_BLOCK_MAX 4096
 
 bk_status bk__cpu_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
                            int64_t n, int64_t inner) {
   (void)ctx;
-  /* x (outer, n, inner) -> y (outer, inner). */
-  const int64_t nblk = (inner + BK_SUM_BLOCK - 1) / BK_SUM_BLOCK, items = outer * nblk;
-#pragma omp parallel for schedule(static) if (outer * n * inner >= BK_CPU_PARALLEL_MIN)
+  /* x (outer, n, inner) -> y (outer, inner). Blocks are as wide as the
+   * threads allow (BK_SUM_BLOCK to BK_SUM_BLOCK_MAX positions), so each
+   * slice is read in long contiguous runs; the width changes which thread
+   * folds a position, never the fold. */
+  const int threads = bk_cpu_threads(outer * n * inner);
+  int64_t width = outer >= 2 * threads ? BK_SUM_BLOCK : (inner + 2 * threads - 1) / (2 * threads);
+  if (width < BK_SUM_BLOCK) width = BK_SUM_BLOCK;
+  if (width > BK_SUM_BLOCK_MAX) width = BK_SUM_BLOCK_MAX;
+  const int64_t nblk = (inner + width - 1) / width, items = outer * nblk;
+  const int64_t chunk = bk_cpu_chunk(items, n * width, threads);
+  (void)chunk; /* read only by the OpenMP pragma */
+#pragma omp parallel for schedule(dynamic, chunk) num_threads(threads) if (threads > 1)
   for (int64_t it = 0; it < items; it++) {
-    int64_t o = it / nblk, t0 = (it % nblk) * BK_SUM_BLOCK;
-    int64_t w = inner - t0 < BK_SUM_BLOCK ? inner - t0 : BK_SUM_BLOCK;
-    double acc[BK_SUM_BLOCK];
+    int64_t o = it / nblk, t0 = (it % nblk) * width;
+    int64_t w = inner - t0 < width ? inner - t0 : width;
+    double acc[BK_SUM_BLOCK_MAX];
     for (int64_t t = 0; t < w; t++) acc[t] = -0.0;
     for (int64_t i = 0; i < n; i++) {
-      int64_t base = (o * n + i) * inner + t0;
-      for (int64_t t = 0; t < w; t++) acc[t] += bk_ld(dt, x, base + t);
+      const int64_t base = (o * n + i) * inner + t0;
+      if (dt == BK_F32) {
+        const float *restrict xs = (const float *)x + base;
+#pragma omp simd
+        for (int64_t t = 0; t < w; t++) acc[t] += (double)xs[t];
+      } else {
+        const double *restrict xs = (const double *)x + base;
+#pragma omp simd
+        for (int64_t t = 0; t < w; t++) acc[t] += xs[t];
+      }
     }
     for (int64_t t = 0; t < w; t++) bk_st(dt, y, o * inner + t0 + t, acc[t]);
   }

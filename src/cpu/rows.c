@@ -12,22 +12,37 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-/* ---- sum and max ------------------------------------------------------------ */
+#define BK_TEMPLATE "rows_t.h"
+#include "instantiate.h"
+
+/* ---- sum, max and the first-max mask ------------------------------------------ */
+
+/* Rows in chunks taken by the threads in turn (bk_cpu_take); the float32
+ * and float64 kernels are the two instances of rows_t.h. */
+#define ROWS_RUN(threads, KERNEL, dt, ...)                              \
+  do {                                                                  \
+    const int64_t chunk_ = bk_cpu_chunk(rows, cols, threads);           \
+    atomic_llong next_ = 0;                                             \
+    _Pragma("omp parallel num_threads(threads) if (threads > 1)")       \
+    for (int64_t r0_, r1_; bk_cpu_take(&next_, rows, chunk_, &r0_, &r1_);) { \
+      if ((dt) == BK_F32)                                               \
+        KERNEL##_f32(__VA_ARGS__);                                      \
+      else                                                              \
+        KERNEL##_f64(__VA_ARGS__);                                      \
+    }                                                                   \
+  } while (0)
 
 bk_status bk__cpu_rows_sum(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
                            int64_t cols) {
   (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    double s = 0.0;
-    for (int64_t j = 0; j < cols; j++) s += bk_ld(dt, x, r * cols + j);
-    bk_st(dt, y, r, s);
-  }
+  const int threads = bk_cpu_threads(rows * cols);
+  ROWS_RUN(threads, rows_sum_block, dt, x, y, r0_, r1_, cols);
   return BK_OK;
 }
 
@@ -36,40 +51,17 @@ bk_status bk__cpu_rows_sum(bk_context *ctx, bk_dtype dt, const void *x, void *y,
 bk_status bk__cpu_rows_max(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t rows,
                            int64_t cols) {
   (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    double m = -INFINITY;
-    for (int64_t j = 0; j < cols; j++) {
-      double v = bk_ld(dt, x, r * cols + j);
-      if (v > m) m = v;
-    }
-    bk_st(dt, y, r, m);
-  }
+  const int threads = bk_cpu_threads(rows * cols);
+  ROWS_RUN(threads, rows_max_block, dt, x, y, r0_, r1_, cols);
   return BK_OK;
 }
 
-/* ---- first-max mask ------------------------------------------------------------ */
-
-/* The literal scan: start at index 0 and move only to an entry strictly
- * greater than the current best. NaN is never strictly greater, and nothing
- * is strictly greater than a NaN, so a NaN at index 0 stays selected and a
- * NaN later in the row is never selected. */
 bk_status bk__cpu_rows_first_max_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
                                       int64_t rows, int64_t cols) {
-  (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t base = r * cols, best = 0;
-    double bv = bk_ld(dt, x, base);
-    for (int64_t j = 1; j < cols; j++) {
-      double v = bk_ld(dt, x, base + j);
-      if (v > bv) {
-        bv = v;
-        best = j;
-      }
-    }
-    for (int64_t j = 0; j < cols; j++) bk_st(dt, y, base + j, j == best ? 1.0 : 0.0);
-  }
+  const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
+  const int threads = bk_cpu_threads(rows * cols);
+  const int stream = bk__cpu_streams(ctx, (size_t)(rows * cols) * es);
+  ROWS_RUN(threads, rows_first_max_block, dt, x, y, r0_, r1_, cols, stream);
   return BK_OK;
 }
 
@@ -167,6 +159,37 @@ static void topk_row_sorted(bk_dtype dt, const void *x, void *y, int64_t base, i
     bk_st(dt, y, base + sorted[pos].i, pos + sorted[pos].nan_before < k ? 1.0 : 0.0);
 }
 
+/* Long rows with a small k: one pass keeps the k best numbers in the strict
+ * order (value descending, index ascending) in a sorted buffer on the
+ * stack. Only an entry at sorted position below k can have pos +
+ * nan_before < k, so the buffer holds every number the mask keeps; a NaN is
+ * kept when its index is below k. */
+enum { TOPK_SELECT_MAX = 64 };
+
+static void topk_row_select(bk_dtype dt, const void *x, void *y, int64_t base, int64_t cols,
+                            int64_t k) {
+  topk_entry best[TOPK_SELECT_MAX];
+  int64_t nb = 0, nans = 0;
+  for (int64_t i = 0; i < cols; i++) {
+    const double v = bk_ld(dt, x, base + i);
+    if (isnan(v)) {
+      nans++;
+      continue;
+    }
+    /* A later equal value never beats an earlier one. */
+    if (nb == k && !(v > best[k - 1].v)) continue;
+    int64_t j = nb < k ? nb++ : k - 1;
+    for (; j > 0 && best[j - 1].v < v; j--) best[j] = best[j - 1];
+    best[j] = (topk_entry){v, i, nans};
+  }
+  const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
+  memset((char *)y + (size_t)base * es, 0, (size_t)cols * es); /* +0 in both dtypes */
+  for (int64_t i = 0; i < k; i++)
+    if (isnan(bk_ld(dt, x, base + i))) bk_st(dt, y, base + i, 1.0);
+  for (int64_t p = 0; p < nb; p++)
+    if (p + best[p].nan_before < k) bk_st(dt, y, base + best[p].i, 1.0);
+}
+
 bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
                                  int64_t rows, int64_t cols, int64_t k) {
   (void)ctx;
@@ -181,6 +204,11 @@ bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, vo
   if (cols <= TOPK_DIRECT_MAX) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t r = 0; r < rows; r++) topk_row_direct(dt, x, y, r * cols, cols, k);
+    return BK_OK;
+  }
+  if (k >= 1 && k <= TOPK_SELECT_MAX && k < cols) {
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (int64_t r = 0; r < rows; r++) topk_row_select(dt, x, y, r * cols, cols, k);
     return BK_OK;
   }
 
@@ -209,35 +237,28 @@ bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, vo
 /* ---- hard-masked softmax ---------------------------------------------------------------- */
 
 /*
- * Only allowed entries (mask != 0, NaN included) are ever read from scores,
- * so a blocked score cannot influence anything, whatever its value. Over the
- * allowed entries the IEEE behaviour of bk_softmax holds: a NaN or +inf among
- * them, or only -inf, makes every allowed entry NaN. Blocked entries are
- * written as +0 and a row with no allowed entry is all +0.
+ * Only allowed entries (mask != 0, NaN included) influence the result:
+ * blocked scores are discarded by selects, so whatever their value they
+ * change nothing. Over the allowed entries the IEEE behaviour of bk_softmax
+ * holds: a NaN or +inf among them, or only -inf, makes every allowed entry
+ * NaN. Blocked entries are written as +0 and a row with no allowed entry is
+ * all +0. As in softmax.c, a large output streams, its exponentials kept
+ * in per-thread scratch.
  */
 bk_status bk__cpu_rows_masked_softmax(bk_context *ctx, bk_dtype dt, const void *scores,
                                       const void *mask, void *y, int64_t rows, int64_t cols) {
-  (void)ctx;
-#pragma omp parallel for schedule(static) if (rows * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    int64_t base = r * cols;
-    double m = -INFINITY, s = 0.0;
-    bool any = false;
-    for (int64_t j = 0; j < cols; j++) {
-      if (bk_ld(dt, mask, base + j) == 0.0) continue;
-      double v = bk_ld(dt, scores, base + j);
-      any = true;
-      if (v > m) m = v;
-    }
-    if (any) {
-      for (int64_t j = 0; j < cols; j++)
-        if (bk_ld(dt, mask, base + j) != 0.0) s += exp(bk_ld(dt, scores, base + j) - m);
-    }
-    for (int64_t j = 0; j < cols; j++) {
-      double out = 0.0;
-      if (any && bk_ld(dt, mask, base + j) != 0.0) out = exp(bk_ld(dt, scores, base + j) - m) / s;
-      bk_st(dt, y, base + j, out);
-    }
+  const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
+  const int threads = bk_cpu_threads(rows * cols);
+  const int stream = bk__cpu_streams(ctx, (size_t)(rows * cols) * es) &&
+                     cols * (int64_t)es <= BK_CPU_SCRATCH_MAX;
+  char *scratch = NULL;
+  if (stream) {
+    scratch = bk__host_alloc("bk_rows_masked_softmax", "scratch", (size_t)threads * (size_t)cols, es);
+    if (!scratch) return BK_ERR_OUT_OF_MEMORY;
   }
+  ROWS_RUN(threads, masked_softmax_block, dt, scores, mask, y, r0_, r1_, cols,
+           scratch ? (void *)(scratch + (size_t)bk_cpu_thread() * (size_t)cols * es) : NULL,
+           stream);
+  bk__host_free(scratch);
   return BK_OK;
 }

@@ -1,0 +1,98 @@
+/*
+ * softmax_t.h — the typed softmax kernels, a template included by softmax.c
+ * once per dtype after typed_t.h (see there).
+ */
+
+/*
+ * Rows r0..r1 of (rows, n) softmax along the contiguous axis. Rows
+ * narrower than the lanes go BK_LANES at a time, across the lanes. Per row: the
+ * maximum, then exp(x - m) stored once (into e when given: this thread's
+ * scratch of n values, so that the output is written only once, streaming;
+ * else into y) with their sum, then y = e * (1/sum).
+ */
+static BK_CPU_CLONES void BK_FN(softmax_rows)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
+                                              int64_t n, BK_T *e, int stream) {
+  if (n < BK_LANES) { /* narrow rows, across the lanes (typed_t.h) */
+    BK_T t[BK_LANES * BK_LANES];
+    for (int64_t r = r0; r < r1; r += BK_LANES) {
+      const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+      BK_FN(nk_in)(x + r * n, n, nr, t, 0);
+      BK_FN(nk_softmax)(t, NULL, n);
+      BK_FN(nk_out)(t, n, nr, y + r * n, stream);
+    }
+    return;
+  }
+  for (int64_t r = r0; r < r1; r++) {
+    const BK_T *xr = x + r * n;
+    BK_T *yr = y + r * n, *er = e ? e : yr;
+    BK_T m = BK_FN(rk_max)(xr, n);
+    double s = BK_FN(rk_exp_store)(xr, er, n, m);
+    BK_FN(rk_scale_put)(er, yr, n, (BK_T)(1.0 / s), stream && e);
+  }
+}
+
+/*
+ * Tiles t0..t1 of the (outer, n, inner) case: a tile is one outer index and
+ * up to SOFTMAX_TILE consecutive inner positions, walked slice by slice so
+ * every access is contiguous; the loops run across the tile's positions.
+ * Sums are folded over the slices in index order in float64.
+ */
+static BK_CPU_CLONES void BK_FN(softmax_tiles)(const BK_T *x, BK_T *y, int64_t t0, int64_t t1,
+                                               int64_t n, int64_t inner, BK_T *e, int stream) {
+  const int64_t per_outer = (inner + SOFTMAX_TILE - 1) / SOFTMAX_TILE;
+  BK_T m[SOFTMAX_TILE], f[SOFTMAX_TILE];
+  double s[SOFTMAX_TILE];
+  for (int64_t tile = t0; tile < t1; tile++) {
+    const int64_t i0 = (tile % per_outer) * SOFTMAX_TILE;
+    const int64_t w = inner - i0 < SOFTMAX_TILE ? inner - i0 : SOFTMAX_TILE;
+    const int64_t base = (tile / per_outer) * n * inner + i0;
+    for (int64_t t = 0; t < w; t++) {
+      m[t] = -INFINITY;
+      s[t] = 0.0;
+    }
+    for (int64_t j = 0; j < n; j++) {
+      const BK_T *xj = x + base + j * inner;
+#pragma omp simd
+      for (int64_t t = 0; t < w; t++) m[t] = xj[t] > m[t] ? xj[t] : m[t];
+    }
+    /* The exponentials go to e (tile-major scratch, w per slice) or to y. */
+    for (int64_t j = 0; j < n; j++) {
+      const BK_T *xj = x + base + j * inner;
+      BK_T *ej = e ? e + j * w : y + base + j * inner;
+#pragma omp simd
+      for (int64_t t = 0; t < w; t++) {
+        ej[t] = BK_FN(bk_expn)(xj[t] - m[t]);
+        s[t] += (double)ej[t];
+      }
+    }
+    for (int64_t t = 0; t < w; t++) f[t] = (BK_T)(1.0 / s[t]);
+    for (int64_t j = 0; j < n; j++) {
+      BK_T *yj = y + base + j * inner;
+      const BK_T *ej = e ? e + j * w : yj;
+      BK_T tile_out[SOFTMAX_TILE];
+#pragma omp simd
+      for (int64_t t = 0; t < w; t++) tile_out[t] = ej[t] * f[t];
+      BK_FN(bk_put)(yj, tile_out, w, stream && e);
+    }
+  }
+}
+
+/* The whole call for one dtype. Scratch (threads * per values) exists only
+ * when the output streams; NULL otherwise. */
+static void BK_FN(softmax_run)(const BK_T *x, BK_T *y, int64_t outer, int64_t n, int64_t inner,
+                               BK_T *scratch, int64_t per, int stream, int threads) {
+  const int64_t units = inner == 1 ? outer : outer * ((inner + SOFTMAX_TILE - 1) / SOFTMAX_TILE);
+  const int64_t chunk = bk_cpu_chunk(units, inner == 1 ? n : n * SOFTMAX_TILE, threads);
+  atomic_llong next = 0;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    BK_T *e = scratch ? scratch + (int64_t)bk_cpu_thread() * per : NULL;
+    for (int64_t u0, u1; bk_cpu_take(&next, units, chunk, &u0, &u1);) {
+      if (inner == 1)
+        BK_FN(softmax_rows)(x, y, u0, u1, n, e, stream);
+      else
+        BK_FN(softmax_tiles)(x, y, u0, u1, n, inner, e, stream);
+    }
+    bk_put_fence(stream);
+  }
+}

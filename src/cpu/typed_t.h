@@ -1,0 +1,279 @@
+/*
+ * typed_t.h — the CPU kernels' typed building blocks, a template: include it
+ * once with BK_T defined as float and once as double (and BK_T_F32 1 or 0).
+ * Every name it defines carries the suffix BK_SFX (f32 or f64, defined here
+ * and left defined for the family template included after it), so the
+ * dtype is chosen once per call, outside every loop.
+ *
+ * The exponential is plain C (no libm call), so a loop over it becomes SIMD
+ * code on any x86-64 and gives the same bits on every machine and thread
+ * count: the library is built in ISO C mode, where the compiler does not
+ * contract a*b+c into a fused multiply-add.
+ */
+#include "vec.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#undef BK_SFX
+#if BK_T_F32
+#define BK_SFX f32
+#define BK_UINT uint32_t
+#define BK_MANT 23
+#define BK_EXP_LO -86.0f
+#define BK_SHIFT 12582912.0f            /* 1.5 * 2^23 */
+#define BK_SHIFT_BITS 0x4B400000
+#define BK_LOG2E 1.44269504088896341f
+#define BK_LN2_HI 0.693359375f          /* 8 significant bits: k * BK_LN2_HI exact */
+#define BK_LN2_LO -2.12194440e-4f
+#define BK_DEG 6
+#else
+#define BK_SFX f64
+#define BK_UINT uint64_t
+#define BK_MANT 52
+#define BK_EXP_LO -707.0
+#define BK_SHIFT 6755399441055744.0      /* 1.5 * 2^52 */
+#define BK_SHIFT_BITS INT64_C(0x4338000000000000)
+#define BK_LOG2E 1.4426950408889634074
+#define BK_LN2_HI 6.93147180369123816490e-01
+#define BK_LN2_LO 1.90821492927058770002e-10
+#define BK_DEG 12
+#endif
+
+#ifndef BK_FN
+#define BK_CAT_(a, b) a##_##b
+#define BK_CAT(a, b) BK_CAT_(a, b)
+#define BK_FN(name) BK_CAT(name, BK_SFX) /* name_f32 or name_f64 */
+#endif
+
+/* 1/k!, k = BK_DEG down to 0: the Taylor coefficients of exp. */
+static const BK_T BK_FN(exp_taylor)[] = {
+#if !BK_T_F32
+    1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+    1.0 / 5040.0,
+#endif
+    (BK_T)(1.0 / 720.0), (BK_T)(1.0 / 120.0), (BK_T)(1.0 / 24.0), (BK_T)(1.0 / 6.0),
+    (BK_T)0.5, (BK_T)1.0, (BK_T)1.0};
+
+/*
+ * exp(x) for x <= 0 or NaN (x minus the maximum of its row): exp(x) = 2^k
+ * exp(r), k = round(x / ln 2) formed by adding and subtracting 1.5 * 2^MANT
+ * (round to nearest in the default mode), r = x - k ln 2 with ln 2 split so
+ * that k * LN2_HI is exact, |r| <= ln(2)/2, and exp(r) by its Taylor
+ * polynomial (degree 6 for float, truncation below 1.2e-7 relative; degree
+ * 12 for double, below 1.7e-16). Within 2 ulp of exp(x) for x >= EXP_LO
+ * (-86 for float, -707 for double), where 2^k stays a normal number; +0
+ * below (the true value is under 4.5e-38, resp. 1e-307); NaN gives NaN.
+ * Positive arguments are outside its domain.
+ */
+static inline BK_T BK_FN(bk_expn)(BK_T x) {
+  BK_T xc = x < BK_EXP_LO ? BK_EXP_LO : x;
+  BK_T t = xc * BK_LOG2E + BK_SHIFT;
+  BK_T k = t - BK_SHIFT;
+  BK_T r = (xc - k * BK_LN2_HI) - k * BK_LN2_LO;
+  BK_T p = BK_FN(exp_taylor)[0];
+  for (int i = 1; i <= BK_DEG; i++) p = p * r + BK_FN(exp_taylor)[i];
+  /* Unsigned, so that the bits of the NaN and infinite cases (replaced
+   * below) wrap instead of overflowing. */
+  BK_UINT ti, pi;
+  memcpy(&ti, &t, sizeof ti);
+  memcpy(&pi, &p, sizeof pi);
+  pi += (ti - (BK_UINT)BK_SHIFT_BITS) << BK_MANT; /* times 2^k */
+  memcpy(&p, &pi, sizeof p);
+  p = x < BK_EXP_LO ? (BK_T)0 : p;
+  return x != x ? x : p;
+}
+
+/* dst[0..n) = src[0..n); stream: non-temporal stores (vec.h). */
+static inline void BK_FN(bk_put)(BK_T *restrict dst, const BK_T *restrict src, int64_t n,
+                                 int stream) {
+  int64_t j = 0;
+#if defined(__SSE2__)
+  if (stream) {
+    for (; j < n && ((uintptr_t)(dst + j) & 15) != 0; j++) dst[j] = src[j];
+#if BK_T_F32
+    for (; j + 4 <= n; j += 4) _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+#else
+    for (; j + 2 <= n; j += 2) _mm_stream_pd(dst + j, _mm_loadu_pd(src + j));
+#endif
+  }
+#else
+  (void)stream;
+#endif
+  for (; j < n; j++) dst[j] = src[j];
+}
+
+/* ---- row reductions (lane layout: vec.h) ---------------------------------------- */
+
+/* Maximum of x[0..n) ignoring NaN: -inf when n == 0 or every entry is NaN.
+ * Among equal maxima the first in index order (-0 or +0) is returned. */
+static inline BK_T BK_FN(rk_max)(const BK_T *restrict x, int64_t n) {
+  BK_T lane[BK_LANES];
+  for (int l = 0; l < BK_LANES; l++) lane[l] = -INFINITY;
+  int64_t j = 0;
+  for (; j + BK_LANES <= n; j += BK_LANES) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) lane[l] = x[j + l] > lane[l] ? x[j + l] : lane[l];
+  }
+  BK_T m = -INFINITY;
+  for (int l = 0; l < BK_LANES; l++) m = lane[l] > m ? lane[l] : m;
+  for (; j < n; j++) m = x[j] > m ? x[j] : m;
+  if (m == 0) /* -0 and +0: the first one wins */
+    for (j = 0; j < n; j++)
+      if (x[j] == 0) return x[j];
+  return m;
+}
+
+/* Folds BK_LANES partials pairwise, in a fixed tree. */
+static inline BK_T BK_FN(rk_fold)(BK_T *lane) {
+  for (int w = BK_LANES / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; l++) lane[l] += lane[l + w];
+  return lane[0];
+}
+
+/* sum of x[0..n) (n <= BK_CHUNK) in the data's type. */
+static inline BK_T BK_FN(rk_chunk_sum)(const BK_T *restrict x, int64_t n) {
+  BK_T lane[BK_LANES] = {0};
+  int64_t j = 0;
+  for (; j + BK_LANES <= n; j += BK_LANES) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) lane[l] += x[j + l];
+  }
+  for (int l = 0; j < n; j++, l++) lane[l] += x[j];
+  return BK_FN(rk_fold)(lane);
+}
+
+/* e[j] = exp(x[j] - m) for j < n (n <= BK_CHUNK); returns their sum in the
+ * data's type. e may be y's own memory or scratch. */
+static inline BK_T BK_FN(rk_chunk_exp)(const BK_T *restrict x, BK_T *restrict e, int64_t n,
+                                       BK_T m) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; j++) e[j] = BK_FN(bk_expn)(x[j] - m);
+  return BK_FN(rk_chunk_sum)(e, n);
+}
+
+/* sum_j exp(x[j] - m), the exponentials stored in e[0..n) (or, e NULL, in
+ * a tile on the stack and dropped); the blocks of BK_CHUNK are added in
+ * float64. */
+static inline double BK_FN(rk_exp_store)(const BK_T *restrict x, BK_T *restrict e, int64_t n,
+                                         BK_T m) {
+  BK_T tile[BK_CHUNK];
+  double s = 0.0;
+  for (int64_t c = 0; c < n; c += BK_CHUNK)
+    s += (double)BK_FN(rk_chunk_exp)(x + c, e ? e + c : tile, n - c < BK_CHUNK ? n - c : BK_CHUNK,
+                                     m);
+  return s;
+}
+
+/* sum of x[0..n) in float64: element j goes to partial j % BK_LANES (the
+ * tail after the last full group to partials 0, 1, ...), the partials
+ * folded pairwise; a row narrower than the lanes (where the layout does not
+ * pay) is summed in index order. */
+static inline double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
+  double s = 0.0;
+  if (n < BK_LANES) {
+    for (int64_t j = 0; j < n; j++) s += (double)x[j];
+    return s;
+  }
+  double lane[BK_LANES] = {0};
+  int64_t j = 0;
+  for (; j + BK_LANES <= n; j += BK_LANES) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) lane[l] += (double)x[j + l];
+  }
+  for (int l = 0; j < n; j++, l++) lane[l] += (double)x[j];
+  return bk_fold64(lane);
+}
+
+/* y[0..n) = e[0..n) * f, through a tile of BK_CHUNK on the stack so that the
+ * stores can stream. */
+static inline void BK_FN(rk_scale_put)(const BK_T *restrict e, BK_T *y, int64_t n, BK_T f,
+                                       int stream) {
+  BK_T tile[BK_CHUNK];
+  for (int64_t c = 0; c < n; c += BK_CHUNK) {
+    int64_t len = n - c < BK_CHUNK ? n - c : BK_CHUNK;
+#pragma omp simd
+    for (int64_t j = 0; j < len; j++) tile[j] = e[c + j] * f;
+    BK_FN(bk_put)(y + c, tile, len, stream);
+  }
+}
+
+/* ---- narrow rows: BK_LANES rows at a time, one per lane ------------------------------ */
+
+/* Rows narrower than BK_LANES fill no lane group: the kernels take them
+ * BK_LANES rows at a time instead, transposed into a tile t[j * BK_LANES + l]
+ * (element j of row l), and run across the rows, each row folded in index
+ * order. nr <= BK_LANES rows are read; the other lanes hold `fill`. */
+static inline void BK_FN(nk_in)(const BK_T *restrict x, int64_t n, int64_t nr, BK_T *restrict t,
+                                BK_T fill) {
+  for (int64_t j = 0; j < n; j++)
+    for (int64_t l = 0; l < BK_LANES; l++) t[j * BK_LANES + l] = l < nr ? x[l * n + j] : fill;
+}
+
+/* y[l * n + j] = t[j * BK_LANES + l] for the nr rows, through a contiguous
+ * tile so that the stores can stream. */
+static inline void BK_FN(nk_out)(const BK_T *restrict t, int64_t n, int64_t nr, BK_T *y,
+                                 int stream) {
+  BK_T row_major[BK_LANES * BK_LANES];
+  for (int64_t l = 0; l < nr; l++)
+    for (int64_t j = 0; j < n; j++) row_major[l * n + j] = t[j * BK_LANES + l];
+  BK_FN(bk_put)(y, row_major, nr * n, stream);
+}
+
+/* Per lane: the maximum over the tile's n elements (NaN ignored, the first
+ * of equal maxima kept). */
+static inline void BK_FN(nk_max)(const BK_T *restrict t, int64_t n, BK_T *restrict m) {
+  for (int l = 0; l < BK_LANES; l++) m[l] = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++)
+      m[l] = t[j * BK_LANES + l] > m[l] ? t[j * BK_LANES + l] : m[l];
+  }
+}
+
+/* Per lane: t = exp(t - m) where keep (NULL: everywhere; else keep != 0,
+ * the rest set to 0), s = their float64 sum in index order; then t *= 1/s
+ * (0 where not kept and, keep given, in lanes with nothing kept). */
+static inline void BK_FN(nk_softmax)(BK_T *restrict t, const BK_T *restrict keep, int64_t n) {
+  BK_T m[BK_LANES], f[BK_LANES];
+  double s[BK_LANES] = {0};
+  int any[BK_LANES] = {0};
+  for (int l = 0; l < BK_LANES; l++) m[l] = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) {
+      const BK_T v = t[j * BK_LANES + l];
+      const int k = !keep || keep[j * BK_LANES + l] != 0;
+      m[l] = k && v > m[l] ? v : m[l];
+      any[l] |= k;
+    }
+  }
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) {
+      const BK_T e = BK_FN(bk_expn)(t[j * BK_LANES + l] - m[l]);
+      const int k = !keep || keep[j * BK_LANES + l] != 0;
+      t[j * BK_LANES + l] = k ? e : (BK_T)0;
+      s[l] += k ? (double)e : 0.0;
+    }
+  }
+  for (int l = 0; l < BK_LANES; l++) f[l] = any[l] ? (BK_T)(1.0 / s[l]) : (BK_T)0;
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) {
+      const int k = !keep || keep[j * BK_LANES + l] != 0;
+      t[j * BK_LANES + l] = k ? t[j * BK_LANES + l] * f[l] : (BK_T)0;
+    }
+  }
+}
+
+#undef BK_UINT
+#undef BK_MANT
+#undef BK_EXP_LO
+#undef BK_SHIFT
+#undef BK_SHIFT_BITS
+#undef BK_LOG2E
+#undef BK_LN2_HI
+#undef BK_LN2_LO
+#undef BK_DEG

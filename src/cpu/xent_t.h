@@ -1,0 +1,79 @@
+/*
+ * xent_t.h — the typed kernels of xent.c, a template included once per dtype
+ * after typed_t.h. Exponentials are evaluated once per element (typed_t.h)
+ * and kept in the thread's scratch row when it has one (eS, eT below; NULL
+ * means recompute); everything after them is float64.
+ */
+
+/* Row r's sum_c w * (lse - x) (see xent.c), in BK_LANES float64 partials. */
+static BK_CPU_CLONES double BK_FN(weighted_row)(const BK_T *x, const BK_T *w, int64_t n) {
+  if (n == 0) return 0.0;
+  const BK_T m = BK_FN(rk_max)(x, n);
+  const double lse = (double)m + log(BK_FN(rk_exp_store)(x, NULL, n, m));
+  double lane[BK_LANES] = {0};
+  int64_t j = 0;
+  for (; j + BK_LANES <= n; j += BK_LANES) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) lane[l] += xent_term(w[j + l], x[j + l], lse);
+  }
+  for (int l = 0; j < n; j++, l++) lane[l] += xent_term(w[j], x[j], lse);
+  return bk_fold64(lane);
+}
+
+/* Maxima and sums of shifted exponentials of one student and teacher row;
+ * the exponentials land in eS, eT when they are given. */
+static inline teacher_row BK_FN(teacher_stats)(const BK_T *S, const BK_T *T, BK_T *eS, BK_T *eT,
+                                               int64_t n) {
+  teacher_row q;
+  const BK_T ms = BK_FN(rk_max)(S, n), mt = BK_FN(rk_max)(T, n);
+  q.ms = ms;
+  q.mt = mt;
+  q.zs = BK_FN(rk_exp_store)(S, eS, n, ms);
+  q.zt = BK_FN(rk_exp_store)(T, eT, n, mt);
+  return q;
+}
+
+/* log sum_c exp(S - ms) - sum_c p_c * (S_c - ms), p_c = exp(T_c - mt) / zt. */
+static BK_CPU_CLONES double BK_FN(teacher_loss_row)(const BK_T *S, const BK_T *T, BK_T *eT,
+                                                    int64_t n) {
+  if (n == 0) return 0.0;
+  const teacher_row q = BK_FN(teacher_stats)(S, T, NULL, eT, n);
+  const BK_T mt = (BK_T)q.mt;
+  const double inv_zt = 1.0 / q.zt;
+  double lane[BK_LANES] = {0};
+  for (int64_t j = 0; j < n; j += BK_LANES) {
+    const int64_t len = n - j < BK_LANES ? n - j : BK_LANES;
+#pragma omp simd
+    for (int64_t l = 0; l < len; l++) {
+      const BK_T e = eT ? eT[j + l] : BK_FN(bk_expn)(T[j + l] - mt);
+      lane[l] += mul0((double)e * inv_zt, (double)S[j + l] - q.ms);
+    }
+  }
+  return log(q.zs) - bk_fold64(lane);
+}
+
+/* Rows r0..r1 of the gradient (softmax(S_r) - p_r) / rows, through a tile so
+ * the stores can stream; e: 2n scratch values of this thread, or NULL. */
+static BK_CPU_CLONES void BK_FN(teacher_grad_block)(const BK_T *S, const BK_T *T, BK_T *g,
+                                                    int64_t r0, int64_t r1, int64_t n,
+                                                    double rows, BK_T *e, int stream) {
+  BK_T tile[BK_CHUNK];
+  for (int64_t r = r0; r < r1; r++) {
+    const BK_T *Sr = S + r * n, *Tr = T + r * n;
+    BK_T *eS = e, *eT = e ? e + n : NULL;
+    const teacher_row q = BK_FN(teacher_stats)(Sr, Tr, eS, eT, n);
+    const BK_T ms = (BK_T)q.ms, mt = (BK_T)q.mt;
+    const double fs = 1.0 / q.zs / rows, ft = 1.0 / q.zt / rows;
+    for (int64_t c = 0; c < n; c += BK_CHUNK) {
+      const int64_t len = n - c < BK_CHUNK ? n - c : BK_CHUNK;
+#pragma omp simd
+      for (int64_t j = 0; j < len; j++) {
+        const BK_T es = eS ? eS[c + j] : BK_FN(bk_expn)(Sr[c + j] - ms);
+        const BK_T et = eT ? eT[c + j] : BK_FN(bk_expn)(Tr[c + j] - mt);
+        tile[j] = (BK_T)((double)es * fs - (double)et * ft);
+      }
+      BK_FN(bk_put)(g + r * n + c, tile, len, stream);
+    }
+  }
+  bk_put_fence(stream);
+}
