@@ -426,6 +426,18 @@ static void topk_ref(rows_case *c, const int64_t *beaters, int64_t k) {
   for (int64_t i = 0; i < c->n; i++) c->ref[i] = beaters[i] < k ? 1 : 0;
 }
 
+/* Every top-k kernel in turn: CUDA builds force each through
+ * bk__cuda_topk_force (a kernel that cannot take the shape leaves it to the
+ * radix select); the CPU backend has one method. */
+#ifdef BK_HAVE_CUDA
+static const int topk_paths[] = {BK_TOPK_AUTO, BK_TOPK_GROUP, BK_TOPK_SMALL, BK_TOPK_SELECT};
+static void topk_path(int p) { bk__cuda_topk_force(p); }
+#else
+static const int topk_paths[] = {0};
+static void topk_path(int p) { (void)p; }
+#endif
+#define TOPK_PATHS (sizeof topk_paths / sizeof topk_paths[0])
+
 static void topk_examples(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
@@ -494,7 +506,11 @@ static void topk_random_case(rows_case *c, const int64_t *beaters) {
 static void topk_random(void) {
   static const int64_t shapes[][2] = {{20, 1},  {20, 2},  {20, 5},   {20, 64},
                                       {20, 65}, {20, 100}, {5, 1000}, {3, 4096}};
-  each_topk_case(shapes, sizeof shapes / sizeof shapes[0], 800, topk_random_case);
+  for (size_t p = 0; p < TOPK_PATHS; p++) {
+    topk_path(topk_paths[p]);
+    each_topk_case(shapes, sizeof shapes / sizeof shapes[0], 800, topk_random_case);
+  }
+  topk_path(0);
 }
 
 /* Every k from 1 to 8 on the row widths the CUDA lane-group kernel takes
@@ -514,7 +530,82 @@ static void topk_small_k_case(rows_case *c, const int64_t *beaters) {
 static void topk_small_k(void) {
   static const int64_t shapes[][2] = {{1, 32}, {3, 64}, {7, 128}, {9, 256}, {9, 16},
                                       {33, 32}, {4096, 64}};
-  each_topk_case(shapes, sizeof shapes / sizeof shapes[0], 900, topk_small_k_case);
+  for (size_t p = 0; p < TOPK_PATHS; p++) {
+    topk_path(topk_paths[p]);
+    each_topk_case(shapes, sizeof shapes / sizeof shapes[0], 900, topk_small_k_case);
+  }
+  topk_path(0);
+}
+
+/* Beaters from a sort, for rows too long to count literally: the numbers
+ * in the order (value descending, index ascending), where a number's
+ * beaters are its position plus the NaNs before it and a NaN's beaters are
+ * the entries before it. */
+static const double *topk_sorted_row;
+
+static int topk_order(const void *a, const void *b) {
+  const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+  const double x = topk_sorted_row[i], y = topk_sorted_row[j];
+  if (x > y) return -1;
+  if (y > x) return 1;
+  return i < j ? -1 : i > j;
+}
+
+static void topk_beaters_sorted(const double *x, int64_t *beaters, int64_t rows, int64_t cols) {
+  int64_t *ix = tl_xmalloc((size_t)cols * sizeof *ix);
+  int64_t *nan_before = tl_xmalloc((size_t)cols * sizeof *nan_before);
+  for (int64_t r = 0; r < rows; r++) {
+    const double *xr = x + r * cols;
+    int64_t n = 0, nans = 0;
+    for (int64_t i = 0; i < cols; i++) {
+      if (isnan(xr[i])) {
+        beaters[r * cols + i] = i;
+        nans++;
+      } else {
+        ix[n++] = i;
+        nan_before[i] = nans;
+      }
+    }
+    topk_sorted_row = xr;
+    qsort(ix, (size_t)n, sizeof *ix, topk_order);
+    for (int64_t p = 0; p < n; p++) beaters[r * cols + ix[p]] = p + nan_before[ix[p]];
+  }
+  free(ix);
+  free(nan_before);
+}
+
+/* Long rows: rows whose keys fit the CUDA select kernel's shared memory and
+ * rows read from memory in every pass (float32 beyond about 56,000 columns,
+ * float64 beyond about 28,000), normal values, heavy ties (a cut among
+ * equal values) and NaN rows, k from 1 to cols - 1. */
+static void topk_long(void) {
+  static const int64_t shapes[][2] = {{3, 5000}, {2, 40000}, {2, 70001}};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      for (int fill = FILL_RANDN; fill <= FILL_SPECIALS; fill++) {
+        rows_case c;
+        rows_case_make(&c, dt, shapes[s][0], shapes[s][1], 950 + 3 * s + (uint64_t)fill, fill);
+        int64_t *beaters = tl_xmalloc((size_t)c.n * sizeof *beaters);
+        topk_beaters_sorted(c.h, beaters, c.rows, c.cols);
+        const int64_t ks[] = {1, 7, 100, c.cols / 2, c.cols - 1};
+        for (size_t p = 0; p < TOPK_PATHS; p++) {
+          topk_path(topk_paths[p]);
+          for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+            topk_ref(&c, beaters, ks[ki]);
+            bk_buffer *y = NULL;
+            if (TL_OK(bk_rows_topk_mask(tl_ctx, c.b, c.rows, c.cols, ks[ki], &y)) == BK_OK)
+              TL_BUF_EXACT(y, c.ref, c.n);
+            bk_buffer_release(y);
+          }
+        }
+        topk_path(0);
+        TL_UNCHANGED(c.b, c.h, c.n);
+        free(beaters);
+        rows_case_free(&c);
+      }
+    }
+  }
 }
 
 /* k >= cols on a result longer than the front door's fill block. */
@@ -759,6 +850,7 @@ int main(void) {
   TL_RUN(topk_examples);
   TL_RUN(topk_random);
   TL_RUN(topk_small_k);
+  TL_RUN(topk_long);
   TL_RUN(topk_all_ones);
   TL_RUN(topk_errors);
   TL_RUN(masked_softmax_examples);

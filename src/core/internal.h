@@ -158,12 +158,7 @@ BK_API int64_t bk__inject_site_count(void);
  * allocation there since the process started. false past the last site. */
 BK_API bool bk__inject_site(int64_t i, const char **file, int *line, bool *failed);
 
-/* CUDA builds (src/cuda/layernorm_vjp.cu, planner test hook): the number of
- * layer-norm VJP plans, over a fixed list of shapes, that a device with these
- * facts could not launch or that would miss columns; msg gets the first. */
-BK_API int64_t bk__cuda_layernorm_vjp_plan_check(int sm_count, int smem_per_sm, int smem_optin,
-                                                 int smem_reserved, int regs_per_sm, char *msg,
-                                                 size_t cap);
-
+/* Test hooks of the CUDA backend. */
+#include "hooks.h"
 
 #endif /* BK_INTERNAL_H */

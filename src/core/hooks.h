@@ -1,0 +1,35 @@
+/*
+ * hooks.h — test hooks of the CUDA backend, defined only in CUDA builds and
+ * called only by the test programs. Plain C with no dependency beyond
+ * bufkern.h, so that the CUDA sources include it too.
+ */
+#ifndef BK_HOOKS_H
+#define BK_HOOKS_H
+
+#include "bufkern.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CUDA builds (src/cuda/layernorm_vjp.cu, planner test hook): the number of
+ * layer-norm VJP plans, over a fixed list of shapes, that a device with these
+ * facts could not launch or that would miss columns; msg gets the first. */
+BK_API int64_t bk__cuda_layernorm_vjp_plan_check(int sm_count, int smem_per_sm, int smem_optin,
+                                                 int smem_reserved, int regs_per_sm, char *msg,
+                                                 size_t cap);
+
+/* CUDA builds (src/cuda/topk.cu, test hook): the top-k kernel later calls in
+ * this process use where it can take the shape (the radix select takes
+ * every shape); BK_TOPK_AUTO restores the planner's choice. */
+enum { BK_TOPK_AUTO = 0, BK_TOPK_GROUP = 1, BK_TOPK_SMALL = 2, BK_TOPK_SELECT = 3 };
+BK_API void bk__cuda_topk_force(int path);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BK_HOOKS_H */
