@@ -201,7 +201,10 @@ static void host_indices_case(bk_dtype dt, int64_t rows, int64_t cols, int64_t k
 static void host_indices(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
     host_indices_case(tl_dtypes[d], 8, 6, 4);       /* indices in kernel parameters */
+    host_indices_case(tl_dtypes[d], 4000, 3, 5);    /* the same, a copy and a rewrite */
     host_indices_case(tl_dtypes[d], 300, 5, 2500);  /* uploads past one parameter block */
+    /* Scatter-add sorted on the device, few rows touched (copy, then rewrite). */
+    host_indices_case(tl_dtypes[d], 40000, 3, 400);
   }
 }
 
