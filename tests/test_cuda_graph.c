@@ -5,7 +5,8 @@
  *    times (bitwise equal to the eager call), then replayed on new input
  *    contents (bitwise equal to the eager call on those contents);
  *  - host indices (gather and scatter-add, with few indices that travel in
- *    kernel parameters and with many that go through an upload): a replay
+ *    kernel parameters, one kernel or a copy and a rewrite, and with many
+ *    that go through an upload and the device sort): a replay
  *    uses the indices given at capture, whatever the host array holds
  *    since; bk_buffer_from_host during a capture likewise;
  *  - the documented refusals during a capture (BK_ERR_UNSUPPORTED, nothing

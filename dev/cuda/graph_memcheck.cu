@@ -40,6 +40,14 @@ static __global__ void sum_into(const float *p, int n, float *out) {
   }
 }
 
+/* Waits for s, then destroys the executable graph and the graph. */
+static int drop_graph(cudaStream_t s, cudaGraph_t g, cudaGraphExec_t x) {
+  CK(cudaStreamSynchronize(s));
+  CK(cudaGraphExecDestroy(x));
+  CK(cudaGraphDestroy(g));
+  return 0;
+}
+
 static int plain(void) {
   enum { N = 4096 };
   cudaStream_t s;
@@ -62,8 +70,7 @@ static int plain(void) {
   CK(cudaStreamSynchronize(s));
   CK(cudaMemcpy(host, keep, sizeof host, cudaMemcpyDeviceToHost));
   int bad = host[N - 1] != 1.0f + (float)(N - 1);
-  CK(cudaGraphExecDestroy(x));
-  CK(cudaGraphDestroy(g));
+  if (drop_graph(s, g, x)) return 1;
   /* B: the allocation outlives the launch, as a captured call's output does. */
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
   float *q = NULL;
@@ -79,9 +86,7 @@ static int plain(void) {
     bad |= host[N - 1] != 2.0f + (float)(N - 1);
   }
   CK(cudaFreeAsync(q, s));
-  CK(cudaStreamSynchronize(s));
-  CK(cudaGraphExecDestroy(x));
-  CK(cudaGraphDestroy(g));
+  if (drop_graph(s, g, x)) return 1;
   CK(cudaFree(keep));
   CK(cudaFree(sum));
   CK(cudaStreamDestroy(s));
@@ -123,9 +128,7 @@ static int reuse(void) {
     for (int i = 0; i < 6000; i++) bad |= host[i] != (unsigned char)i;
   }
   CK(cudaFreeAsync(b, s));
-  CK(cudaStreamSynchronize(s));
-  CK(cudaGraphExecDestroy(x));
-  CK(cudaGraphDestroy(g));
+  if (drop_graph(s, g, x)) return 1;
   CK(cudaStreamDestroy(s));
   printf("reuse: %s\n", bad ? "WRONG VALUES" : "ok");
   return bad;
