@@ -5,7 +5,7 @@
  * Gather: the indices go to the kernel as uint32, in its parameters when
  * they fit (a small gather is then one launch, and a captured graph keeps
  * the indices it was captured with), else uploaded once
- * (bk__cuda_upload_indices, an out-of-range index written as rows). The
+ * (bk__cuda_upload_indices). The
  * kernel walks the output in vectors of the widest power of two elements
  * (up to 16 bytes) that divides cols and the pointers' alignment, finds each
  * vector's row with a multiply-shift divider and copies from the selected
@@ -20,8 +20,8 @@
  *    graph owns it): one kernel writes the whole output when the touched
  *    rows are more than a sixteenth of the rows (one launch), else the
  *    output is a device copy of mat and a kernel rewrites the touched rows;
- *  - else the indices are uploaded (an out-of-range one as rows) and
- *    grouped on the device by a stable radix sort of (index, r) over the
+ *  - else the indices are uploaded, an out-of-range one set to rows on the
+ *    device, and grouped by a stable device radix sort of (index, r) over the
  *    bits that rows needs, so equal indices keep increasing r. When the
  *    updates are many for the rows (k > rows / 16), a pass over the sorted
  *    indices writes each row's start (rows + 1 offsets) and one kernel
@@ -237,7 +237,7 @@ static __global__ void __launch_bounds__(256)
 
 /* off[d] = how many sorted indices are < d, for d in [0, rows]: entry i
  * writes the d in (key[i-1], key[i]] (key[-1] = -1, key[k] = rows), so every
- * d is written once. key[i] <= rows or >= rows means out of range. */
+ * d is written once; a key >= rows (an out-of-range index) counts as rows. */
 static __global__ void __launch_bounds__(256)
     offsets_kernel(const uint32_t *__restrict__ key, uint32_t *__restrict__ off, int64_t k,
                    int64_t rows) {
