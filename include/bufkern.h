@@ -795,9 +795,10 @@ BK_API BK_NODISCARD bk_status bk_rows_gather(bk_context *ctx, const bk_buffer *m
  * increasing r onto the base row: ((mat[i] + v_first) + v_second) + ...
  * values is (k, cols). Deterministic (no atomics); each step rounds to the
  * dtype. rows == 0 or cols == 0 gives an empty result; k == 0 (indices may
- * then be NULL) gives a copy of mat. On CUDA the update schedule is built on
- * the host in O(k) time and memory: a counter per row when rows is at most
- * 4 * (in-range updates) + 65536, a stable radix sort otherwise. */
+ * then be NULL) gives a copy of mat. On CUDA up to 319 updates are ordered
+ * on the host and travel in one kernel's parameters; more are uploaded and
+ * grouped by destination on the device (a stable radix sort), and k is at
+ * most 4294967294 there (BK_ERR_UNSUPPORTED beyond). */
 BK_API BK_NODISCARD bk_status bk_rows_scatter_add(bk_context *ctx, const bk_buffer *mat,
                                                   const bk_buffer *values, int64_t rows,
                                                   int64_t cols, const uint64_t *indices,

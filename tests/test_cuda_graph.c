@@ -5,7 +5,8 @@
  *    times (bitwise equal to the eager call), then replayed on new input
  *    contents (bitwise equal to the eager call on those contents);
  *  - host indices (gather and scatter-add, with few indices that travel in
- *    kernel parameters and with many that go through an upload): a replay
+ *    kernel parameters, one kernel or a copy and a rewrite, and with many
+ *    that go through an upload and the device sort): a replay
  *    uses the indices given at capture, whatever the host array holds
  *    since; bk_buffer_from_host during a capture likewise;
  *  - the documented refusals during a capture (BK_ERR_UNSUPPORTED, nothing
@@ -201,7 +202,10 @@ static void host_indices_case(bk_dtype dt, int64_t rows, int64_t cols, int64_t k
 static void host_indices(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
     host_indices_case(tl_dtypes[d], 8, 6, 4);       /* indices in kernel parameters */
+    host_indices_case(tl_dtypes[d], 4000, 3, 5);    /* the same, a copy and a rewrite */
     host_indices_case(tl_dtypes[d], 300, 5, 2500);  /* uploads past one parameter block */
+    /* Scatter-add sorted on the device, few rows touched (copy, then rewrite). */
+    host_indices_case(tl_dtypes[d], 40000, 3, 400);
   }
 }
 

@@ -45,7 +45,12 @@ static void gather_examples(void) {
 }
 
 static void gather_random(void) {
-  static const int64_t cases[][3] = {{1, 1, 1}, {1000, 37, 5000}, {50, 2000, 100}, {7, 3, 64}};
+  /* Widths of every vector size (odd, even, multiples of 4), indices in the
+   * kernel's parameters (k <= 960) and uploaded (one and several staged
+   * chunks of 2^20). */
+  static const int64_t cases[][3] = {{1, 1, 1},      {1000, 37, 5000}, {50, 2000, 100},
+                                     {7, 3, 64},     {300, 6, 961},    {90, 2, 3000},
+                                     {4000, 1, 1100000}};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -208,10 +213,17 @@ static void scatter_order(void) {
 }
 
 static void scatter_random(void) {
-  /* The last case has many more rows than updates: the CUDA backend sorts
-   * its schedule instead of counting per row. */
+  /* The CUDA backend's paths at their edges: up to 319 updates the schedule
+   * travels in kernel parameters (319 and 320 on 3 rows: heavy repetition;
+   * one kernel, or a copy and a rewrite when at most rows / 16 are touched);
+   * beyond, the updates are sorted on the device and either every row is
+   * written once (k > rows / 16) or mat is copied and the touched rows are
+   * rewritten (200000 rows, 700 updates; 6400 rows, 400 updates, the edge).
+   * Odd, even and multiple-of-4 widths; one row folding 5000 updates. */
   static const int64_t cases[][3] = {
-      {1, 1, 1}, {200, 33, 3000}, {10, 3000, 400}, {5000, 8, 64}, {200000, 4, 700}};
+      {1, 1, 1},     {200, 33, 3000},  {10, 3000, 400},   {5000, 8, 64},  {200000, 4, 700},
+      {3, 6, 319},   {3, 6, 320},      {1, 2, 5000},      {6400, 5, 400}, {6399, 5, 400},
+      {100, 1, 30000}, {50000, 12, 320}, {48, 7, 3}, {31, 4, 2}};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

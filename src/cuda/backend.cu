@@ -443,16 +443,48 @@ bk_status bk__cuda_upload_finish(bk_context *ctx, const char *fn, int slot, size
   return BK_OK;
 }
 
+/* Indices per staged chunk of a large upload (4 MB of uint32): long enough
+ * that the queueing of each copy is a small part of its transfer, short
+ * enough that converting the first chunk delays the copies little. */
+#define BK_UPLOAD_CHUNK ((int64_t)1 << 20)
+
+static void convert_indices(uint32_t *h, const uint64_t *idx, int64_t n) {
+  for (int64_t r = 0; r < n; r++) h[r] = (uint32_t)idx[r];
+}
+
 bk_status bk__cuda_upload_indices(bk_context *ctx, const char *fn, const uint64_t *idx,
                                   int64_t k, uint32_t **dev) {
   const size_t bytes = (size_t)k * sizeof(uint32_t);
-  void *host = NULL;
-  int slot = 0;
-  bk_status st = bk__cuda_upload_begin(ctx, fn, bytes, &host, &slot);
-  if (st != BK_OK) return st;
-  uint32_t *h = (uint32_t *)host;
-  for (int64_t r = 0; r < k; r++) h[r] = (uint32_t)idx[r];
-  return bk__cuda_upload_finish(ctx, fn, slot, bytes, (void **)dev);
+  bool in_params = bytes <= BK_CUDA_INLINE_BYTES;
+  if (!in_params) {
+    bk_status st = bk__cuda_capturing(ctx, fn, &in_params);
+    if (st != BK_OK) return st;
+  }
+  if (in_params) {
+    void *host = NULL;
+    int slot = 0;
+    bk_status st = bk__cuda_upload_begin(ctx, fn, bytes, &host, &slot);
+    if (st != BK_OK) return st;
+    convert_indices((uint32_t *)host, idx, k);
+    return bk__cuda_upload_finish(ctx, fn, slot, bytes, (void **)dev);
+  }
+  void *d = NULL;
+  bk_status st = bk__cuda_scratch(ctx, fn, bytes, &d);
+  for (int64_t at = 0; at < k && st == BK_OK; at += BK_UPLOAD_CHUNK) {
+    const int64_t n = k - at < BK_UPLOAD_CHUNK ? k - at : BK_UPLOAD_CHUNK;
+    void *host = NULL;
+    int slot = 0;
+    st = stage(ctx, fn, (size_t)n * sizeof(uint32_t), &host, &slot);
+    if (st != BK_OK) break;
+    convert_indices((uint32_t *)host, idx + at, n);
+    st = stage_copy(ctx, fn, slot, (uint32_t *)d + at, (size_t)n * sizeof(uint32_t));
+  }
+  if (st != BK_OK) {
+    bk__cuda_scratch_free(ctx, d);
+    return st;
+  }
+  *dev = (uint32_t *)d;
+  return BK_OK;
 }
 
 bk_status bk__cuda_upload_scratch(bk_context *ctx, const char *fn, const void *src, size_t bytes,

@@ -99,7 +99,8 @@ void bk__cuda_scratch_free(bk_context *ctx, void *ptr);
 /* Uploads k host indices (already validated, each <= UINT32_MAX) as uint32
  * into fresh scratch memory (*dev, freed with bk__cuda_scratch_free). The
  * host array may be reused when this returns: the indices are first
- * converted into pinned staging. k > 0. */
+ * converted into pinned staging, in chunks of the ring's slots, so the host
+ * converts one chunk while the copy of the one before runs. k > 0. */
 bk_status bk__cuda_upload_indices(bk_context *ctx, const char *fn, const uint64_t *idx,
                                   int64_t k, uint32_t **dev);
 
