@@ -579,15 +579,13 @@ BK_API BK_NODISCARD bk_status bk_broadcast_to(bk_context *ctx, const bk_buffer *
 /* The sum-adjoint of bk_broadcast_to with the same geometry: din[i] is the
  * sum of dout[o] over every output coordinate o mapped to i, folded in
  * row-major order of the output, accumulated in float64 for both dtypes and
- * rounded once. On CUDA, where the adjoint is a sum along one axis of an
- * (outer, n, inner) view of dout (the reduced output axes adjacent, the
- * kept ones in input order), it is computed as bk_sum_axis describes; in
- * other geometries, when the results are too few to occupy the device and
- * each result has at least 2048 terms, every result's terms are cut into up
- * to 16 segments of consecutive terms. Either way each segment is folded in
- * order in float64 and the segment sums are added in order: deterministic
- * and within the contract's tolerance, but not always bit-identical to the
- * CPU's single sequential fold. *out has product(in_dims) elements. An
+ * rounded once. On CUDA every geometry is summed as bk_sum_axis describes,
+ * over each element's terms in that order: at most 16 terms fold as one
+ * sequential chain; more may be cut into segments of consecutive terms,
+ * each folded in order in float64, whose sums are added in order:
+ * deterministic and within the contract's tolerance, but not always
+ * bit-identical to the CPU's single sequential fold. *out has
+ * product(in_dims) elements. An
  * empty dout gives product(in_dims) zeros (the input can be non-empty when an
  * inserted output axis, or one reading an input axis of extent 1, has extent
  * 0). */

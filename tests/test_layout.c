@@ -4,6 +4,8 @@
  */
 #include "testlib.h"
 
+#include "core/internal.h"
+
 /* start, start+1, ... as doubles (malloc'd). */
 static double *iota(int64_t n, double start) {
   double *v = tl_xmalloc((size_t)n * sizeof *v);
@@ -439,17 +441,47 @@ static void bto_geometries(void) {
       {8, 16, {2, 3, 1, 2, 1, 3, 2, 1},
        {2, 1, 2, 2, 3, 1, 2, 2, 2, 3, 1, 2, 2, 1, 2, 3},
        {8, 0, 0, 7, 6, 0, 5, 0, 4, 3, 0, 0, 1, 0, 0, 2}},
+      /* The axis engine's general geometry: reduced axes on both sides of a
+       * kept one, into 3 results of 40000 terms (chunks for parallelism);
+       * two outer indices per tile (1200 and 1100 kept, inner 5 with scalar
+       * and 8 with vector loads); kept axes permuted around a reduction,
+       * with the innermost axis kept or reduced; 16 and 18 terms in two
+       * reduced axes (the single chain and past it); 17 terms into a
+       * permuted result. */
+      {1, 3, {3}, {200, 3, 200}, {0, 1, 0}},
+      {2, 4, {1200, 5}, {3, 1200, 7, 5}, {0, 1, 0, 2}},
+      {2, 4, {1100, 8}, {3, 1100, 7, 8}, {0, 1, 0, 2}},
+      {2, 3, {8, 30}, {30, 50, 8}, {2, 0, 1}},
+      {2, 3, {6, 30}, {30, 6, 50}, {2, 1, 0}},
+      {1, 3, {4}, {2, 4, 8}, {0, 1, 0}},
+      {1, 3, {4}, {3, 4, 6}, {0, 1, 0}},
+      {2, 4, {4, 2}, {17, 2, 1, 4}, {0, 2, 0, 1}},
   };
-  for (int d = 0; d < TL_DTYPES; d++) {
-    bk_dtype dt = tl_dtypes[d];
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) check_geo(dt, &fixed[i], 500 + i);
-    tl_seed(777 + (uint64_t)d);
-    for (int t = 0; t < 60; t++) {
-      geo g;
-      random_geo(&g, 6, 20000);
-      check_geo(dt, &g, 900 + (uint64_t)t);
+  /* On CUDA the adjoints run on the axis engine: again with one tile per
+   * fibre and with chunks folded by a second kernel forced (the hook
+   * refuses elsewhere, and the loop runs once). */
+  static const int strategies[] = {0, 2, 3};
+  for (size_t k = 0; k < sizeof strategies / sizeof strategies[0]; k++) {
+#ifdef BK_HAVE_CUDA
+    if (!bk__cuda_axis_force(tl_ctx, strategies[k]) && k > 0) break;
+#else
+    if (k > 0) break;
+#endif
+    for (int d = 0; d < TL_DTYPES; d++) {
+      bk_dtype dt = tl_dtypes[d];
+      for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        check_geo(dt, &fixed[i], 500 + i);
+      tl_seed(777 + (uint64_t)d);
+      for (int t = 0; t < 60; t++) {
+        geo g;
+        random_geo(&g, 6, 20000);
+        check_geo(dt, &g, 900 + (uint64_t)t);
+      }
     }
   }
+#ifdef BK_HAVE_CUDA
+  (void)bk__cuda_axis_force(tl_ctx, 0);
+#endif
 }
 
 static void bto_errors(void) {
@@ -803,6 +835,53 @@ static void sum_order(void) {
   bk_buffer_release(b);
 }
 
+/* Every strategy of the CUDA axis engine forced in turn (columns in
+ * registers streaming any fibre length, one tile per fibre, chunks whose
+ * sums a second kernel adds in order; the cluster strategy is a softmax's
+ * and sums take chunks there) at the edges of its geometry: axes of 1..17
+ * terms around the register batch and the one-chain limit (16), segment
+ * rounding (63|64|65), flat tiles (inner <= 256, vector and scalar loads),
+ * strips (257, 300; a partial last strip), inner = 1, and fibres longer
+ * than one tile (by size). Checked against the float64 reference within
+ * the contract's tolerance and run twice for the same bits. */
+static void sum_forced(void) {
+#ifdef BK_HAVE_CUDA
+  static const int64_t shapes[][3] = {
+      {3, 1, 4},    {2, 2, 7},    {4, 16, 8},   {3, 17, 12},  {2, 63, 3},   {2, 64, 100},
+      {1, 65, 256}, {2, 130, 257}, {1, 300, 300}, {5, 33, 36},  {1, 7000, 64}, {300, 40, 1},
+      {1, 20000, 1}, {2, 1500, 600},
+  };
+  if (!bk__cuda_axis_force(tl_ctx, 0)) return;
+  for (int strategy = 1; strategy <= 4; strategy++) {
+    TL_CHECK(bk__cuda_axis_force(tl_ctx, strategy), "strategy %d refused", strategy);
+    for (int d = 0; d < TL_DTYPES; d++) {
+      bk_dtype dt = tl_dtypes[d];
+      for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+        const int64_t *dims = shapes[c];
+        int64_t n = product(dims, 3), m = n / dims[1];
+        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)m * sizeof *ref);
+        double *mag = tl_xmalloc((size_t)m * sizeof *mag);
+        tl_seed(760 + c);
+        tl_fill_randn(x, n);
+        tl_round(dt, x, n);
+        sum_ref(x, ref, mag, dims, 3, 1);
+        bk_buffer *bx = tl_buf(dt, x, n);
+        bk_buffer_release(dims_check("sum_axis", bk_sum_axis, bx, dims, 3, 1, ref, m,
+                                     tl_tol_red(dt), tl_absmax(mag, m, 1)));
+        TL_UNCHANGED(bx, x, n);
+        bk_buffer_release(bx);
+        free(x);
+        free(ref);
+        free(mag);
+      }
+    }
+    /* At most 16 terms fold as one chain under every strategy. */
+    sum_order();
+  }
+  TL_CHECK(bk__cuda_axis_force(tl_ctx, 0), "planner not restored");
+#endif
+}
+
 static void sum_errors(void) {
   double v[24] = {0};
   const int64_t dims[] = {2, 3, 4};
@@ -846,6 +925,7 @@ int main(void) {
   TL_RUN(sum_examples);
   TL_RUN(sum_random);
   TL_RUN(sum_order);
+  TL_RUN(sum_forced);
   TL_RUN(sum_errors);
   return tl_finish();
 }

@@ -339,6 +339,46 @@ static void softmax_determinism(void) {
   }
 }
 
+/* Every strategy of the CUDA axis engine forced in turn (registers, one
+ * tile per fibre, chunks folded by a second kernel, chunks in a cluster)
+ * at the edges of its geometry: fibres of 2..17 rows around the register
+ * limit, 63|64|65 rows around the segment rounding, flat tiles of whole
+ * slabs (inner <= 256) and strips (257, 300), vector and scalar loads
+ * (inner a multiple of the vector or not), a partial last strip, and more
+ * rows than one tile holds (by size, 4100 x 64). Each fibre set holds a
+ * tie, a -inf entry, an all -inf column, a NaN and a +inf entry. Each
+ * result is checked against the float64 reference and run twice for the
+ * same bits. On other devices the hook refuses and nothing runs. */
+static void softmax_midaxis_forced(void) {
+#ifdef BK_HAVE_CUDA
+  static const int64_t shapes[][3] = {
+      {3, 2, 4},    {2, 5, 7},    {4, 16, 8},   {3, 17, 12},  {2, 63, 3},   {2, 64, 100},
+      {1, 65, 256}, {2, 130, 257}, {1, 300, 300}, {5, 33, 36},  {1, 4100, 64}, {3, 700, 2},
+  };
+  if (!bk__cuda_axis_force(tl_ctx, 0)) return;
+  for (int strategy = 1; strategy <= 4; strategy++) {
+    TL_CHECK(bk__cuda_axis_force(tl_ctx, strategy), "strategy %d refused", strategy);
+    for (int d = 0; d < TL_DTYPES; d++) {
+      bk_dtype dt = tl_dtypes[d];
+      for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t *dims = shapes[s];
+        const int64_t n = dims[0] * dims[1] * dims[2], len = dims[1], inner = dims[2];
+        double *x = tl_xmalloc((size_t)n * sizeof *x);
+        tl_seed(480 + s);
+        for (int64_t i = 0; i < n; i++) x[i] = 4 * tl_randn();
+        x[inner] = x[0];
+        x[inner + 1] = -INFINITY;
+        for (int64_t j = 0; j < len; j++) x[j * inner + inner - 1] = -INFINITY;
+        x[n - 1] = NAN;
+        x[n - 2] = INFINITY;
+        midaxis_check(dt, x, dims);
+      }
+    }
+  }
+  TL_CHECK(bk__cuda_axis_force(tl_ctx, 0), "planner not restored");
+#endif
+}
+
 /* Rank 16 (the maximum) with a non-trivial axis somewhere in the middle. */
 static void softmax_max_rank(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
@@ -448,6 +488,7 @@ int main(void) {
   TL_RUN(softmax_midaxis_tiles);
   TL_RUN(softmax_midaxis_special);
   TL_RUN(softmax_determinism);
+  TL_RUN(softmax_midaxis_forced);
   TL_RUN(softmax_max_rank);
   TL_RUN(softmax_empty);
   TL_RUN(softmax_errors);

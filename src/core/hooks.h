@@ -8,6 +8,7 @@
 
 #include "bufkern.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +28,17 @@ BK_API int64_t bk__cuda_layernorm_vjp_plan_check(int sm_count, int smem_per_sm, 
  * every shape); BK_TOPK_AUTO restores the planner's choice. */
 enum { BK_TOPK_AUTO = 0, BK_TOPK_GROUP = 1, BK_TOPK_SMALL = 2, BK_TOPK_SELECT = 3 };
 BK_API void bk__cuda_topk_force(int path);
+
+/* CUDA builds (src/cuda/axis.cu, strategy test hook): ctx's middle-axis
+ * softmax, axis sums and broadcast adjoints take `strategy` from now on
+ * where the geometry allows it: 0 the planner's choice, 1 columns in
+ * registers, 2 one tile per fibre (no chunks for parallelism, no clusters),
+ * 3 at least two chunks per fibre (of more than 16 terms) folded by a
+ * second kernel, 4 a softmax's chunks in one thread-block cluster, 5 the
+ * planner with tiles sized for two blocks per multiprocessor instead of
+ * four (the comparison of dev/cuda/axis_lab.c). False (nothing changed) for
+ * a non-CUDA context or another value. */
+BK_API bool bk__cuda_axis_force(bk_context *ctx, int strategy);
 
 #ifdef __cplusplus
 }

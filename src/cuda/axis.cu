@@ -42,6 +42,8 @@
  */
 #include "cuda_internal.h"
 
+#include "../core/hooks.h"
+
 #include <cooperative_groups.h>
 #include <math.h>
 #include <stdint.h>
@@ -53,6 +55,16 @@ namespace cg = cooperative_groups;
  * by the blocks of one thread-block cluster. */
 enum { AX_SUM = 0, AX_SOFTMAX = 1, AX_SOFTMAX_CL = 2 };
 static constexpr int AX_CLUSTER_MAX = 8; /* the portable cluster size */
+
+/* Strategies a test can ask for (bk__cuda_axis_force), where the geometry
+ * allows: the planner's choice; columns in registers (sums of any length,
+ * softmax fibres of at most AX_NR); one tile per fibre where it fits, with
+ * no chunks for parallelism or clusters; at least two chunks per fibre
+ * longer than AX_NR with their statistics folded by a second kernel; a
+ * softmax's chunks held by a cluster; and, for dev/cuda/axis_lab.c, the
+ * planner with tiles for two blocks per multiprocessor (set aside there). */
+enum { AX_FORCE_AUTO = 0, AX_FORCE_REG = 1, AX_FORCE_TILE = 2, AX_FORCE_CHUNKS = 3,
+       AX_FORCE_CLUSTER = 4, AX_FORCE_HALF = 5 };
 
 static constexpr int AX_THREADS = 256;
 static constexpr int AX_NR = 16; /* longest fibre held in registers */
@@ -78,6 +90,19 @@ __device__ __forceinline__ float ax_recip<float>(double s) {
 template <>
 __device__ __forceinline__ double ax_recip<double>(double s) {
   return 1.0 / s;
+}
+
+/* VEC elements back into the shared tile as one access (the tile's column
+ * groups are VEC-aligned). */
+template <int VEC, typename T>
+static __device__ __forceinline__ void ax_vstore(T *p, const T *v) {
+  if constexpr (VEC == 1) {
+    p[0] = v[0];
+  } else if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4 *>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else {
+    *reinterpret_cast<double2 *>(p) = make_double2(v[0], v[1]);
+  }
 }
 
 template <int N>
@@ -136,6 +161,75 @@ struct ax_tile {
   int obc, rc, tw, k;
 };
 
+/* Where the (o, r, c) terms of a sum lie and where its (o, c) results go.
+ * ax_std: x is a contiguous (outer, n, inner) tensor and the results are
+ * (outer, inner) row-major. ax_gen: the broadcast adjoint of any geometry
+ * (layout.cu), one pass over it: the rows r are every reduced output axis
+ * in row-major order (row r at roff(r) in x), c over the innermost output
+ * axis when it is kept (inner = 1 when it is reduced), contiguous in x and
+ * cs apart in the result, and o over the other kept axes (kept(o): its
+ * offsets in x and in the result). */
+struct ax_std {
+  static constexpr bool gen = false;
+};
+
+static constexpr int AX_GEN_R = 8; /* reduced axes never neighbour: rank / 2 */
+
+struct ax_gen {
+  static constexpr bool gen = true;
+  int nk, nr;                     /* kept axes in o, reduced axes; innermost first */
+  int64_t kout[BK_MAX_RANK], kin[BK_MAX_RANK];
+  bk_divider kdiv[BK_MAX_RANK];
+  int64_t rout[AX_GEN_R];
+  bk_divider rdiv[AX_GEN_R];
+  int64_t cs;
+
+  __device__ __forceinline__ void kept(int64_t o, int64_t *out, int64_t *in) const {
+    int64_t a = 0, b = 0;
+    uint64_t k = (uint64_t)o;
+#pragma unroll 1
+    for (int j = 0; j < nk; j++) {
+      uint64_t c = k;
+      if (j < nk - 1) {
+        const uint64_t q = bk_divider_q(kdiv[j], k);
+        c = k - q * kdiv[j].d;
+        k = q;
+      }
+      a += (int64_t)c * kout[j];
+      b += (int64_t)c * kin[j];
+    }
+    *out = a;
+    *in = b;
+  }
+  __device__ __forceinline__ int64_t roff(int64_t r) const {
+    int64_t a = 0;
+    uint64_t k = (uint64_t)r;
+#pragma unroll 1
+    for (int j = 0; j < nr; j++) {
+      uint64_t c = k;
+      if (j < nr - 1) {
+        const uint64_t q = bk_divider_q(rdiv[j], k);
+        c = k - q * rdiv[j].d;
+        k = q;
+      }
+      a += (int64_t)c * rout[j];
+    }
+    return a;
+  }
+};
+
+/* Result (o, c) (flat index o * inner + c) in y. */
+static __device__ __forceinline__ int64_t ax_res(const ax_plan &p, const ax_std &, int64_t o,
+                                                 int64_t c) {
+  return o * p.inner + c;
+}
+static __device__ __forceinline__ int64_t ax_res(const ax_plan &, const ax_gen &g, int64_t o,
+                                                 int64_t c) {
+  int64_t out, in;
+  g.kept(o, &out, &in);
+  return in + c * g.cs;
+}
+
 static __device__ __forceinline__ ax_tile ax_tile_of(const ax_plan &p, int64_t u, bool reverse) {
   ax_tile t;
   int64_t k;
@@ -161,8 +255,9 @@ static __device__ __forceinline__ ax_tile ax_tile_of(const ax_plan &p, int64_t u
 /* Calls f(e, goff, q) for each VEC-element chunk of the tile taken by this
  * thread: e its index in the shared tile, goff its offset in x and y, q the
  * tile column of its first element (the chunk's columns are q .. q+VEC-1). */
-template <int VEC, typename F>
-static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_tile &t, F f) {
+template <int VEC, typename F, typename RO>
+static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_tile &t, F f,
+                                                    RO rowoff) {
   if (p.flat) {
     /* Contiguous: rows of inner elements, slab after slab. */
     const int count = t.obc * t.rc * (int)p.inner / VEC;
@@ -181,7 +276,7 @@ static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_t
 #pragma unroll 4
     for (int i = threadIdx.x; i < count; i += AX_THREADS) {
       const int r = i >> lg, c = (i & ((1 << lg) - 1)) * VEC;
-      if (c < t.tw) f(r * p.ti + c, t.base + (int64_t)r * p.inner + c, c);
+      if (c < t.tw) f(r * p.ti + c, t.base + rowoff(r) + c, c);
     }
   }
 }
@@ -261,129 +356,199 @@ static __global__ void __launch_bounds__(AX_THREADS)
 
 /* Tiles. Dynamic shared memory: the tile (tile_bytes), then ty * columns
  * float64 segment results, then (clusters) each column's float64 sum, then
- * (softmax) each column's maximum and inverse sum. With nch > 1 and no
- * cluster the tile's statistics go to part: sums at part[k*R + result],
+ * (softmax) each column's maximum and inverse sum. A thread owns VW
+ * adjacent columns of one segment (a sum reads them as one vector per row;
+ * a softmax walks one column) and thread q < columns then folds column q's
+ * segment results in segment order. With nch > 1 and
+ * no cluster the tile's statistics go to part: sums at part[k*R + result],
  * softmax maxima there and sums at part[(nch + k)*R + result]. In a cluster
  * each block reads the others' column statistics from their shared memory
  * (in rank order, so every block folds them alike) and writes its chunk. */
-template <typename T, int OP, int VEC>
+template <typename T, int OP, int VEC, typename G>
 static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
     ax_tile_kernel(const T *__restrict__ x, T *__restrict__ y, double *__restrict__ part,
-                   ax_plan p) {
+                   ax_plan p, G g) {
   extern __shared__ __align__(16) unsigned char ax_smem[];
   T *tile = reinterpret_cast<T *>(ax_smem);
   const int nq = p.ob * p.ti; /* columns of a full tile */
+  /* Column groups of the walk: VW adjacent columns each (sums; a softmax
+   * walks single columns, which measured faster: dev/cuda/axis.md). */
+  constexpr int VW = OP == AX_SUM ? VEC : 1;
+  const int nv = nq / VW;
   double *red = reinterpret_cast<double *>(ax_smem + p.tile_bytes);
-  double *clsum = red + (p.ty > 1 ? nq * p.ty : 0);
+  double *clsum = red + p.ty * nq;
   T *colm = reinterpret_cast<T *>(clsum + (OP == AX_SOFTMAX_CL ? nq : 0));
   T *colinv = colm + nq;
+  /* ax_gen (sums): the offsets in x of the tile's rows (p.ch) and outer
+   * indices (p.ob), after the segment results. */
+  int64_t *rowoff = reinterpret_cast<int64_t *>(clsum); /* sums only: after red */
   const int tid = threadIdx.x;
-  const int q = tid % nq, s = tid / nq; /* this thread's column and segment */
+  /* This thread's column group (first column q0 = (gob, gc)) and segment. */
+  const int s = tid / nv, q0 = (tid - s * nv) * VW;
+  const int gob = q0 / p.ti, gc = q0 - gob * p.ti;
+  /* The column this thread folds (tid < nq): (fob, fc). */
+  const int fob = tid / p.ti, fc = tid - fob * p.ti;
 
   for (int64_t u = blockIdx.x; u < p.units; u += gridDim.x) {
     const ax_tile t = ax_tile_of(p, u, false);
-    ax_tile_each<VEC>(p, t, [&](int e, int64_t goff, int) {
-      ax_cp_async<VEC * (int)sizeof(T)>(tile + e, x + goff);
-    });
+    if constexpr (G::gen) {
+      /* Row and outer-index offsets first, then rows of tw columns (VEC
+       * at a time) of obc outer indices: (ob, r, c) at (ob*rc + r)*ti + c. */
+      int64_t *okoff = rowoff + p.ch;
+      for (int i = tid; i < t.rc; i += AX_THREADS) rowoff[i] = g.roff(t.r0 + i);
+      for (int i = tid; i < t.obc; i += AX_THREADS) {
+        int64_t kin;
+        g.kept(t.o0 + i, &okoff[i], &kin);
+      }
+      __syncthreads();
+      constexpr int LV = VEC == 4 ? 2 : VEC == 2 ? 1 : 0;
+      const int lg = p.lgti - LV;
+      const int per = t.rc << lg, count = t.obc * per;
+#pragma unroll 4
+      for (int i = tid; i < count; i += AX_THREADS) {
+        const int ob = t.obc > 1 ? ax_divq(p.tch, i >> lg) : 0; /* rc == ch when obc > 1 */
+        const int rem = i - ob * per, r = rem >> lg, c = (rem & ((1 << lg) - 1)) * VEC;
+        if (c < t.tw)
+          ax_cp_async<VEC * (int)sizeof(T)>(tile + (ob * t.rc + r) * p.ti + c,
+                                            x + okoff[ob] + rowoff[r] + t.c0 + c);
+      }
+    } else {
+      ax_tile_each<VEC>(
+          p, t,
+          [&](int e, int64_t goff, int) { ax_cp_async<VEC * (int)sizeof(T)>(tile + e, x + goff); },
+          [&](int r) -> int64_t { return (int64_t)r * p.inner; });
+    }
     ax_cp_wait_all();
     __syncthreads();
 
-    /* Column q = (ob, c): rows [r_lo, r_hi) of its segment. */
-    const int ob = q / p.ti, c = q - ob * p.ti;
-    const bool on = s < p.ty && ob < t.obc && c < t.tw;
-    const int r_lo = s * p.seg, r_hi = on ? min(t.rc, r_lo + p.seg) : 0;
-    const T *col = tile + (ob * t.rc) * p.ti + c;
-    const int64_t res = (t.o0 + ob) * p.inner + t.c0 + c; /* result index */
+    const bool on = s < p.ty && gob < t.obc && gc < t.tw;
+    const bool fon = tid < nq && fob < t.obc && fc < t.tw;
+    const int r_lo = s * p.seg, r_hi = on ? min(t.rc, r_lo + p.seg) : r_lo;
+    T *col = tile + (gob * t.rc) * p.ti + gc;
+    const int64_t res = (t.o0 + fob) * p.inner + t.c0 + fc; /* column tid's flat result */
     if constexpr (OP == AX_SUM) {
-      double acc = -0.0;
-      for (int r = r_lo; r < r_hi; r++) acc += (double)col[r * p.ti];
-      if (p.ty > 1) {
-        if (s < p.ty) red[s * nq + q] = acc;
-        __syncthreads();
-        if (s == 0) {
-          acc = -0.0;
-          for (int j = 0; j < p.ty; j++) acc += red[j * nq + q];
-        }
+      double acc[VW];
+#pragma unroll
+      for (int e = 0; e < VW; e++) acc[e] = -0.0; /* -0 + t == t */
+#pragma unroll 4
+      for (int r = r_lo; r < r_hi; r++) {
+        T v[VW];
+        bk_vload<VW>(col + r * p.ti, v);
+#pragma unroll
+        for (int e = 0; e < VW; e++) acc[e] += (double)v[e];
       }
-      if (s == 0 && on) {
+      if (s < p.ty) {
+#pragma unroll
+        for (int e = 0; e < VW; e++) red[s * nq + q0 + e] = acc[e];
+      }
+      __syncthreads();
+      if (fon) {
+        double a = -0.0;
+        for (int j = 0; j < p.ty; j++) a += red[j * nq + tid];
         if (p.nch == 1)
-          y[res] = (T)acc;
+          y[G::gen ? ax_res(p, g, t.o0 + fob, t.c0 + fc) : res] = (T)a;
         else
-          part[(int64_t)t.k * p.R + res] = acc;
+          part[(int64_t)t.k * p.R + res] = a;
       }
     } else {
-      T m = (T)-INFINITY;
-      for (int r = r_lo; r < r_hi; r++) m = ax_max(m, col[r * p.ti]);
-      if (p.ty > 1) {
-        if (s < p.ty) red[s * nq + q] = (double)m;
-        __syncthreads();
-        if (s == 0) {
-          for (int j = 1; j < p.ty; j++) m = ax_max(m, (T)red[j * nq + q]);
-          colm[q] = m;
-        }
-        __syncthreads();
-        m = colm[q];
-      }
-      /* The exponentials stay in the tile for the output (one pass). */
-      double sum = 0.0;
-      T *cw = tile + (ob * t.rc) * p.ti + c;
+      T m[VW];
+#pragma unroll
+      for (int e = 0; e < VW; e++) m[e] = (T)-INFINITY;
+#pragma unroll 4
       for (int r = r_lo; r < r_hi; r++) {
-        const T v = cw[r * p.ti];
-        const T ev = (v == m && m == (T)-INFINITY) ? (T)0 : ax_exp(v - m);
-        if (p.nch == 1 || OP == AX_SOFTMAX_CL) cw[r * p.ti] = ev;
-        sum += (double)ev;
+        T v[VW];
+        bk_vload<VW>(col + r * p.ti, v);
+#pragma unroll
+        for (int e = 0; e < VW; e++) m[e] = ax_max(m[e], v[e]);
       }
-      if (p.ty > 1) {
-        __syncthreads(); /* every thread has read colm before red is reused */
-        if (s < p.ty) red[s * nq + q] = sum;
-        __syncthreads();
-        if (s == 0) {
-          sum = 0.0;
-          for (int j = 0; j < p.ty; j++) sum += red[j * nq + q];
+      if (s < p.ty) {
+#pragma unroll
+        for (int e = 0; e < VW; e++) red[s * nq + q0 + e] = (double)m[e];
+      }
+      __syncthreads();
+      if (tid < nq) {
+        T mq = (T)-INFINITY;
+        for (int j = 0; j < p.ty; j++) mq = ax_max(mq, (T)red[j * nq + tid]);
+        colm[tid] = mq;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < VW; e++) m[e] = colm[q0 + e];
+      /* The exponentials stay in the tile for the output (one pass). */
+      double sum[VW];
+#pragma unroll
+      for (int e = 0; e < VW; e++) sum[e] = 0.0;
+#pragma unroll 4
+      for (int r = r_lo; r < r_hi; r++) {
+        T v[VW];
+        bk_vload<VW>(col + r * p.ti, v);
+#pragma unroll
+        for (int e = 0; e < VW; e++) {
+          v[e] = (v[e] == m[e] && m[e] == (T)-INFINITY) ? (T)0 : ax_exp(v[e] - m[e]);
+          sum[e] += (double)v[e];
         }
+        if (p.nch == 1 || OP == AX_SOFTMAX_CL) ax_vstore<VW>(col + r * p.ti, v);
       }
+      /* red's maxima were read before the barrier above. */
+      if (s < p.ty) {
+#pragma unroll
+        for (int e = 0; e < VW; e++) red[s * nq + q0 + e] = sum[e];
+      }
+      __syncthreads();
+      double S = 0.0;
+      if (tid < nq)
+        for (int j = 0; j < p.ty; j++) S += red[j * nq + tid];
       if constexpr (OP == AX_SOFTMAX_CL) {
         cg::cluster_group cluster = cg::this_cluster();
-        if (s == 0) {
-          colm[q] = m;
-          clsum[q] = sum;
-        }
+        if (tid < nq) clsum[tid] = S;
         cluster.sync();
-        if (s == 0 && on) {
-          double M = -INFINITY, S = 0.0;
-          for (int r = 0; r < (int)p.nch; r++) M = fmax(M, (double)*cluster.map_shared_rank(colm + q, r));
-          for (int r = 0; r < (int)p.nch; r++) {
-            const double mr = (double)*cluster.map_shared_rank(colm + q, r);
-            const double sr = *cluster.map_shared_rank(clsum + q, r);
-            S += mr == -INFINITY ? sr : sr * exp(mr - M);
+        if (fon) {
+          /* Every rank's maximum loaded before any is used; then the sums. */
+          T mr[AX_CLUSTER_MAX];
+#pragma unroll
+          for (int r = 0; r < AX_CLUSTER_MAX; r++)
+            if (r < (int)p.nch) mr[r] = *cluster.map_shared_rank(colm + tid, r);
+          double M = -INFINITY, St = 0.0;
+#pragma unroll
+          for (int r = 0; r < AX_CLUSTER_MAX; r++)
+            if (r < (int)p.nch) M = fmax(M, (double)mr[r]);
+#pragma unroll
+          for (int r = 0; r < AX_CLUSTER_MAX; r++) {
+            if (r < (int)p.nch) {
+              const double sr = *cluster.map_shared_rank(clsum + tid, r);
+              St += mr[r] == (T)-INFINITY ? sr : sr * exp((double)mr[r] - M);
+            }
           }
-          colinv[q] = (T)(exp((double)m - M) / S);
+          colinv[tid] = (T)(exp((double)colm[tid] - M) / St);
         }
         /* Every block has read the others' statistics before any moves on. */
         cluster.sync();
-        ax_tile_each<VEC>(p, t, [&](int e, int64_t goff, int q0) {
-          T v[VEC];
+        ax_tile_each<VEC>(
+            p, t,
+            [&](int e, int64_t goff, int c0) {
+              T v[VEC];
 #pragma unroll
-          for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[q0 + j];
-          bk_vstore_cs<VEC>(y + goff, v);
-        });
+              for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[c0 + j];
+              bk_vstore_cs<VEC>(y + goff, v);
+            },
+            [&](int r) -> int64_t { return (int64_t)r * p.inner; });
       } else if (p.nch > 1) {
-        if (s == 0 && on) {
-          part[(int64_t)t.k * p.R + res] = (double)m;
-          part[(int64_t)(p.nch + t.k) * p.R + res] = sum;
+        if (fon) {
+          part[(int64_t)t.k * p.R + res] = (double)colm[tid];
+          part[(int64_t)(p.nch + t.k) * p.R + res] = S;
         }
       } else {
-        if (s == 0) {
-          colm[q] = m;
-          colinv[q] = (T)(1.0 / sum);
-        }
+        if (tid < nq) colinv[tid] = (T)(1.0 / S);
         __syncthreads();
-        ax_tile_each<VEC>(p, t, [&](int e, int64_t goff, int q0) {
-          T v[VEC];
+        ax_tile_each<VEC>(
+            p, t,
+            [&](int e, int64_t goff, int c0) {
+              T v[VEC];
 #pragma unroll
-          for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[q0 + j];
-          bk_vstore_cs<VEC>(y + goff, v);
-        });
+              for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[c0 + j];
+              bk_vstore_cs<VEC>(y + goff, v);
+            },
+            [&](int r) -> int64_t { return (int64_t)r * p.inner; });
       }
     }
     /* The next tile's copies overwrite what this one still reads. */
@@ -394,15 +559,18 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
 /* Chunk statistics folded per result in chunk order: the sum (written to
  * y), or the softmax maximum and inverse sum (written over chunk 0's
  * statistics). */
-template <typename T, int OP>
+template <typename T, int OP, typename G>
 static __global__ void __launch_bounds__(AX_THREADS)
-    ax_fold_kernel(double *__restrict__ part, T *__restrict__ y, ax_plan p) {
+    ax_fold_kernel(double *__restrict__ part, T *__restrict__ y, ax_plan p, G g) {
   const int64_t step = (int64_t)gridDim.x * AX_THREADS;
   for (int64_t i = (int64_t)blockIdx.x * AX_THREADS + threadIdx.x; i < p.R; i += step) {
     if constexpr (OP == AX_SUM) {
       double acc = -0.0;
       for (int64_t k = 0; k < p.nch; k++) acc += part[k * p.R + i];
-      y[i] = (T)acc;
+      if constexpr (G::gen)
+        y[ax_res(p, g, i / p.inner, i % p.inner)] = (T)acc;
+      else
+        y[i] = (T)acc;
     } else {
       double M = -INFINITY;
       for (int64_t k = 0; k < p.nch; k++) M = fmax(M, part[k * p.R + i]);
@@ -433,13 +601,16 @@ static __global__ void __launch_bounds__(AX_THREADS)
       colinv[q] = (T)part[p.nch * p.R + res0 + q];
     }
     __syncthreads();
-    ax_tile_each<VEC>(p, t, [&](int, int64_t goff, int q0) {
-      T v[VEC];
-      bk_vload<VEC>(x + goff, v);
+    ax_tile_each<VEC>(
+        p, t,
+        [&](int, int64_t goff, int q0) {
+          T v[VEC];
+          bk_vload<VEC>(x + goff, v);
 #pragma unroll
-      for (int j = 0; j < VEC; j++) v[j] = ax_exp(v[j] - colm[q0 + j]) * colinv[q0 + j];
-      bk_vstore_cs<VEC>(y + goff, v);
-    });
+          for (int j = 0; j < VEC; j++) v[j] = ax_exp(v[j] - colm[q0 + j]) * colinv[q0 + j];
+          bk_vstore_cs<VEC>(y + goff, v);
+        },
+        [&](int r) -> int64_t { return (int64_t)r * p.inner; });
     __syncthreads(); /* the next tile's columns overwrite these */
   }
 }
@@ -452,18 +623,30 @@ static int64_t ax_pow2_floor(int64_t v) {
   return p;
 }
 
+/* Shared memory a tile kernel block needs beside its tile, at most: a sum's
+ * ty * columns float64 segment results (ty * columns / vw <= AX_THREADS)
+ * with room for the general geometry's offsets; a softmax's segment
+ * results (vw = 1) and each column's maximum and inverse sum (at most
+ * AX_THREADS columns; a cluster's column sums are checked with the tile). */
+static constexpr int64_t ax_extra(int op, int64_t es, int64_t vw) {
+  return op == AX_SUM ? AX_THREADS * (8 * vw + 8 + 2 * es) : AX_THREADS * (8 + 2 * es);
+}
+
 /* tmax: the largest tile the device gives a block, two blocks per
  * multiprocessor; target: the tile that lets AX_TILE_BLOCKS blocks (the
- * most their registers allow) share its shared memory. */
-static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int64_t n,
-                         int64_t inner, int64_t tmax, bool clusters, ax_plan *p) {
+ * most their registers allow) share its shared memory. force: a strategy
+ * the caller asked for (AX_FORCE_*), where the geometry allows it. */
+static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t vw, int64_t outer,
+                         int64_t n, int64_t inner, int64_t tmax, bool clusters, int force,
+                         bool gen, ax_plan *p) {
   const bk_cuda_ctx *cu = bk_cu(ctx);
   const int64_t sm = cu->sm_count;
-  const int64_t extra = AX_THREADS * (8 + 2 * es); /* segment results, column values */
   const int64_t per_sm = cu->facts.smem_per_sm;
-  int64_t target = per_sm / AX_TILE_BLOCKS - cu->facts.smem_reserved - extra;
+  const int64_t blocks = force == AX_FORCE_HALF ? 2 : AX_TILE_BLOCKS;
+  int64_t target = per_sm / blocks - cu->facts.smem_reserved - ax_extra(op, es, vw);
   if (target > tmax) target = tmax;
   const int64_t line = 128 / es; /* elements in a 128-byte line */
+  if (force == AX_FORCE_TILE || force == AX_FORCE_CHUNKS) clusters = false;
 
   memset(p, 0, sizeof *p);
   p->outer = outer;
@@ -478,7 +661,25 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
    * whole fibres fit (one pass) rather than chunks of the slab. */
   const bool strips_fit = inner >= line && n * line * es <= tmax;
   const bool flat_sum = slab <= target || inner * es <= 256;
-  if (inner <= AX_THREADS && (op == AX_SUM ? flat_sum : slab <= tmax || !strips_fit)) {
+  if (gen) {
+    /* A general geometry: strips as wide as inner up to 256 bytes, each row
+     * with its 8-byte offset (and each outer index, at most AX_THREADS of
+     * them); whole fibres of several outer indices where they fit, as flat
+     * sums take them, else chunks of one. */
+    ti = 1;
+    while (ti < inner && ti < 256 / es) ti *= 2;
+    target -= AX_THREADS * 8;
+    const int64_t fibre = n * (ti * es + 8);
+    if (fibre <= target) {
+      ob = AX_THREADS / ti;
+      if (ob > target / fibre) ob = target / fibre;
+      if (ob > outer / (4 * sm)) ob = outer / (4 * sm);
+      if (ob < 1) ob = 1;
+    } else {
+      p->ch = target / (ti * es + 8);
+    }
+  } else if (inner <= AX_THREADS &&
+             (op == AX_SUM ? flat_sum : slab <= tmax || !strips_fit)) {
     /* Flat tiles: OB whole slabs, or chunks of ch rows of one slab, all
      * contiguous. */
     p->flat = 1;
@@ -520,12 +721,24 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
    * pays only the chunk statistics; a softmax reads x twice, which only
    * pays when fewer than half the multiprocessors would have a tile. */
   const int64_t tiles = p->obs * p->tis;
-  if (ob == 1 && n >= 2 * 64 &&
+  const bool planned = force == AX_FORCE_AUTO || force == AX_FORCE_HALF;
+  if (planned && ob == 1 && n >= 2 * 64 &&
       (p->ch < n || (op == AX_SUM ? tiles < 2 * sm : 2 * tiles < sm))) {
     int64_t nch = (4 * sm + tiles - 1) / tiles;
     if (nch > n / 64) nch = n / 64;
     const int64_t ch = (n + nch - 1) / nch;
     if (ch < p->ch) p->ch = ch;
+  }
+  /* Forced chunks: at least two per fibre longer than AX_NR (whose sums
+   * stay one chain), one outer index per tile. */
+  if ((force == AX_FORCE_CHUNKS || force == AX_FORCE_CLUSTER) && n > AX_NR &&
+      p->ch > (n + 1) / 2) {
+    p->ch = (n + 1) / 2;
+    if (ob > 1) {
+      ob = 1;
+      p->ob = 1;
+      p->obs = outer;
+    }
   }
   p->nch = (n + p->ch - 1) / p->ch;
   /* A softmax cut into chunks keeps a single pass when a cluster of at
@@ -566,10 +779,12 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
     }
   }
   p->units = p->obs * p->tis * p->nch;
-  /* Segments: the threads left over by the columns, each at least four rows. */
-  const int64_t nq = ob * ti;
-  int64_t ty = ax_pow2_floor(AX_THREADS / nq > 0 ? AX_THREADS / nq : 1);
+  /* Segments: the threads left over by the column groups (vw adjacent
+   * columns each), each at least four rows. */
+  const int64_t nq = ob * ti, nv = nq / vw;
+  int64_t ty = ax_pow2_floor(AX_THREADS / nv > 0 ? AX_THREADS / nv : 1);
   while (ty > 1 && ty * 4 > p->ch) ty /= 2;
+  if (op == AX_SUM && n <= AX_NR) ty = 1; /* the contract's single chain */
   int64_t seg = (p->ch + ty - 1) / ty;
   if (ty > 1 && seg % 2 == 0) seg++; /* odd: segments start in different banks */
   p->ty = (int)ty;
@@ -578,8 +793,8 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
   while (((int64_t)1 << lg) < ti) lg++;
   p->lgti = lg;
   p->tile_bytes = (size_t)((ob * p->ch * ti * es + 15) / 16 * 16);
-  p->smem = p->tile_bytes + (size_t)(ty > 1 ? nq * ty * 8 : 0) + (size_t)(p->cl ? nq * 8 : 0) +
-            (op == AX_SOFTMAX ? (size_t)(2 * nq * es) : 0);
+  p->smem = p->tile_bytes + (size_t)(nq * ty * 8) + (size_t)(p->cl ? nq * 8 : 0) +
+            (op == AX_SOFTMAX ? (size_t)(2 * nq * es) : 0) + (gen ? (size_t)(p->ch + ob) * 8 : 0);
   p->tinner = ax_div32_make((uint64_t)inner);
   p->tch = ax_div32_make((uint64_t)p->ch);
 }
@@ -588,23 +803,29 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t outer, int
 
 /* The largest dynamic shared memory a tile kernel asks for, fixed per
  * context so that its attribute is set once. */
-static int64_t ax_tmax(bk_context *ctx, int64_t es) {
+static int64_t ax_tmax(bk_context *ctx, int op, int64_t es, int64_t vw) {
   const bk_cuda_facts &f = bk_cu(ctx)->facts;
   int64_t t = f.smem_per_sm / 2 - f.smem_reserved;
   if (t > f.smem_optin) t = f.smem_optin;
-  return t - AX_THREADS * (8 + 2 * es);
+  return t - ax_extra(op, es, vw);
 }
 
-template <typename T, int OP, int VEC>
+template <typename T, int OP, int VEC, typename G>
 static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t outer,
-                           int64_t n, int64_t inner) {
+                           int64_t n, int64_t inner, const G &g) {
   cudaStream_t st = bk_stream(ctx);
+  const bk_cuda_ctx *cu = bk_cu(ctx);
+  const int force = cu->axis_force;
+  constexpr int64_t es = (int64_t)sizeof(T);
   /* Columns in registers: short fibres, and sums whose rows span whole
    * 128-byte lines with enough columns for a thread each on a full device
    * (each column then folds its n terms in one sequential chain). */
-  const bk_cuda_ctx *cu = bk_cu(ctx);
-  if (n <= AX_NR || (OP == AX_SUM && inner * (int64_t)sizeof(T) >= 128 &&
-                     outer * inner / VEC >= (int64_t)cu->sm_count * 2048)) {
+  const bool reg = G::gen ? false
+                 : force == AX_FORCE_AUTO || force == AX_FORCE_HALF
+                 ? n <= AX_NR || (OP == AX_SUM && inner * es >= 128 &&
+                                  outer * inner / VEC >= (int64_t)cu->sm_count * 2048)
+                 : force == AX_FORCE_REG && (OP == AX_SUM || n <= AX_NR);
+  if (reg) {
     /* A small parameter block: its size is part of every launch's cost. */
     ax_short p;
     p.n = n;
@@ -619,17 +840,18 @@ static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, in
     return bk__cuda_launched(fn, "ax_reg_kernel");
   }
   ax_plan p;
-  int64_t tmax = ax_tmax(ctx, sizeof(T));
-  const int64_t full = tmax + AX_THREADS * (8 + 2 * (int64_t)sizeof(T));
-  auto kern = ax_tile_kernel<T, OP, VEC>;
+  constexpr int64_t vw = OP == AX_SUM ? VEC : 1; /* the tile kernel's column groups */
+  int64_t tmax = ax_tmax(ctx, OP, es, vw);
+  const int64_t full = tmax + ax_extra(OP, es, vw);
+  auto kern = ax_tile_kernel<T, OP, VEC, G>;
   if (!bk__cuda_func_prepare(ctx, (const void *)kern, (int)full, 100, 0, NULL))
-    tmax = 48 * 1024 - AX_THREADS * (8 + 2 * (int64_t)sizeof(T));
-  ax_plan_make(ctx, OP, sizeof(T), outer, n, inner, tmax, true, &p);
+    tmax = 48 * 1024 - ax_extra(OP, es, vw);
+  ax_plan_make(ctx, OP, es, vw, outer, n, inner, tmax, true, force, G::gen, &p);
   if constexpr (OP == AX_SOFTMAX) {
     if (p.cl) {
       /* One cluster of nch blocks per tile; a device that refuses the
        * cluster launch takes the three kernels instead. */
-      auto ck = ax_tile_kernel<T, AX_SOFTMAX_CL, VEC>;
+      auto ck = ax_tile_kernel<T, AX_SOFTMAX_CL, VEC, ax_std>;
       if (bk__cuda_func_prepare(ctx, (const void *)ck, (int)full, 100, 0, NULL)) {
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -644,11 +866,11 @@ static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, in
         cfg.stream = st;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        if (cudaLaunchKernelEx(&cfg, ck, x, y, (double *)NULL, p) == cudaSuccess)
+        if (cudaLaunchKernelEx(&cfg, ck, x, y, (double *)NULL, p, ax_std()) == cudaSuccess)
           return bk__cuda_launched(fn, "ax_tile_kernel (cluster)");
       }
       (void)cudaGetLastError();
-      ax_plan_make(ctx, OP, sizeof(T), outer, n, inner, tmax, false, &p);
+      ax_plan_make(ctx, OP, es, vw, outer, n, inner, tmax, false, force, G::gen, &p);
     }
   }
   double *part = NULL;
@@ -658,13 +880,13 @@ static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, in
     if (s != BK_OK) return s;
   }
   const unsigned grid = bk_cuda_grid(p.units);
-  kern<<<grid, AX_THREADS, p.smem, st>>>(x, y, part, p);
+  kern<<<grid, AX_THREADS, p.smem, st>>>(x, y, part, p, g);
   bk_status s = bk__cuda_launched(fn, "ax_tile_kernel");
   if (s == BK_OK && p.nch > 1) {
-    ax_fold_kernel<T, OP><<<bk_cuda_blocks(ctx, p.R, AX_THREADS), AX_THREADS, 0, st>>>(part, y,
-                                                                                       p);
+    ax_fold_kernel<T, OP, G>
+        <<<bk_cuda_blocks(ctx, p.R, AX_THREADS), AX_THREADS, 0, st>>>(part, y, p, g);
     s = bk__cuda_launched(fn, "ax_fold_kernel");
-    if (s == BK_OK && OP == AX_SOFTMAX) {
+    if (s == BK_OK && OP == AX_SOFTMAX && !G::gen) {
       ax_finish_kernel<T, VEC>
           <<<grid, AX_THREADS, 2 * (size_t)p.ti * sizeof(T), st>>>(x, y, part, p);
       s = bk__cuda_launched(fn, "ax_finish_kernel");
@@ -676,13 +898,13 @@ static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, in
 
 /* 16-byte vectors when both pointers are aligned and inner is a multiple of
  * the vector width (so no vector crosses a row). */
-template <typename T, int OP>
+template <typename T, int OP, typename G>
 static bk_status ax_run(bk_context *ctx, const char *fn, const void *x, void *y, int64_t outer,
-                        int64_t n, int64_t inner) {
+                        int64_t n, int64_t inner, const G &g) {
   constexpr int V = 16 / (int)sizeof(T);
   if (bk_aligned16(x) && bk_aligned16(y) && inner % V == 0)
-    return ax_launch<T, OP, V>(ctx, fn, (const T *)x, (T *)y, outer, n, inner);
-  return ax_launch<T, OP, 1>(ctx, fn, (const T *)x, (T *)y, outer, n, inner);
+    return ax_launch<T, OP, V>(ctx, fn, (const T *)x, (T *)y, outer, n, inner, g);
+  return ax_launch<T, OP, 1>(ctx, fn, (const T *)x, (T *)y, outer, n, inner, g);
 }
 
 /* ---- entries ---------------------------------------------------------------------------- */
@@ -690,18 +912,62 @@ static bk_status ax_run(bk_context *ctx, const char *fn, const void *x, void *y,
 extern "C" bk_status bk__cuda_axis_softmax(bk_context *ctx, const char *fn, bk_dtype dt,
                                            const void *x, void *y, int64_t outer, int64_t n,
                                            int64_t inner) {
-  if (dt == BK_F32) return ax_run<float, AX_SOFTMAX>(ctx, fn, x, y, outer, n, inner);
-  return ax_run<double, AX_SOFTMAX>(ctx, fn, x, y, outer, n, inner);
+  if (dt == BK_F32) return ax_run<float, AX_SOFTMAX>(ctx, fn, x, y, outer, n, inner, ax_std());
+  return ax_run<double, AX_SOFTMAX>(ctx, fn, x, y, outer, n, inner, ax_std());
 }
 
 extern "C" bk_status bk__cuda_axis_sum(bk_context *ctx, const char *fn, bk_dtype dt,
                                        const void *x, void *y, int64_t outer, int64_t n,
                                        int64_t inner) {
-  if (dt == BK_F32) return ax_run<float, AX_SUM>(ctx, fn, x, y, outer, n, inner);
-  return ax_run<double, AX_SUM>(ctx, fn, x, y, outer, n, inner);
+  if (dt == BK_F32) return ax_run<float, AX_SUM>(ctx, fn, x, y, outer, n, inner, ax_std());
+  return ax_run<double, AX_SUM>(ctx, fn, x, y, outer, n, inner, ax_std());
 }
 
 extern "C" bk_status bk__cuda_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y,
                                        int64_t outer, int64_t n, int64_t inner) {
   return bk__cuda_axis_sum(ctx, "bk_sum_axis", dt, x, y, outer, n, inner);
+}
+
+/* The broadcast adjoint over canonical output axes (outermost first, no
+ * extent 1, at least one reduced: stride 0) as one sum: the rows are the
+ * reduced axes in row-major order, c the innermost axis when it is kept,
+ * o the other kept axes. */
+extern "C" bk_status bk__cuda_axis_sum_general(bk_context *ctx, const char *fn, bk_dtype dt,
+                                               const void *x, void *y, int rank,
+                                               const int64_t *dims, const int64_t *stride) {
+  ax_gen g;
+  memset(&g, 0, sizeof g);
+  int64_t ostride = 1, outer = 1, n = 1, inner = 1;
+  for (int j = rank - 1; j >= 0; j--) {
+    if (stride[j] == 0) {
+      if (g.nr == AX_GEN_R)
+        return bk__fail(BK_ERR_INTERNAL, fn, "more than %d reduced axes", AX_GEN_R);
+      g.rout[g.nr] = ostride;
+      g.rdiv[g.nr] = bk_divider_make((uint64_t)dims[j]);
+      g.nr++;
+      n *= dims[j];
+    } else if (j == rank - 1) {
+      inner = dims[j];
+      g.cs = stride[j];
+    } else {
+      g.kout[g.nk] = ostride;
+      g.kin[g.nk] = stride[j];
+      g.kdiv[g.nk] = bk_divider_make((uint64_t)dims[j]);
+      g.nk++;
+      outer *= dims[j];
+    }
+    ostride *= dims[j];
+  }
+  if (dt == BK_F32) return ax_run<float, AX_SUM>(ctx, fn, x, y, outer, n, inner, g);
+  return ax_run<double, AX_SUM>(ctx, fn, x, y, outer, n, inner, g);
+}
+
+/* Test hook (src/core/hooks.h): the strategy ctx's axis engine takes
+ * from now on (0 restores the planner); false for a context that is not a
+ * CUDA one or a strategy outside the list. */
+extern "C" BK_API bool bk__cuda_axis_force(bk_context *ctx, int strategy) {
+  if (!ctx || bk_context_device(ctx).kind != BK_DEVICE_CUDA) return false;
+  if (strategy < AX_FORCE_AUTO || strategy > AX_FORCE_HALF) return false;
+  bk_cu(ctx)->axis_force = strategy;
+  return true;
 }

@@ -75,6 +75,9 @@ typedef struct bk_cuda_ctx {
   int *flag;
   /* Kernels whose attributes were set, open-addressed by kernel address. */
   bk_cuda_func func[BK_CUDA_FUNC_SLOTS];
+  /* The axis engine's strategy asked for by a test (bk__cuda_axis_force);
+   * 0: the planner's. */
+  int axis_force;
 } bk_cuda_ctx;
 
 /* The CUDA state of a context. */
@@ -310,6 +313,13 @@ bk_status bk__cuda_axis_softmax(bk_context *ctx, const char *fn, bk_dtype dt, co
                                 void *y, int64_t outer, int64_t n, int64_t inner);
 bk_status bk__cuda_axis_sum(bk_context *ctx, const char *fn, bk_dtype dt, const void *x, void *y,
                             int64_t outer, int64_t n, int64_t inner);
+/* The broadcast adjoint of any other geometry in one pass of the same
+ * engine: dims and stride are the canonical output axes (outermost first,
+ * no extent 1, neighbours merged) and the input strides they read, at
+ * least one of them 0; each result sums its terms in row-major order of
+ * the output (cut into ordered segments as for bk_sum_axis). */
+bk_status bk__cuda_axis_sum_general(bk_context *ctx, const char *fn, bk_dtype dt, const void *x,
+                                    void *y, int rank, const int64_t *dims, const int64_t *stride);
 /* xent.cu */
 bk_status bk__cuda_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits,
                                       const void *w, void *y, int64_t rows, int64_t cols);
