@@ -779,6 +779,27 @@ static void sum_examples(void) {
   }
 }
 
+/* bk_sum_axis of random data (seeded) along axis against the float64
+ * reference within the contract's tolerance, twice for the same bits, x
+ * unchanged. */
+static void sum_case(bk_dtype dt, const int64_t *dims, int rank, int axis, uint64_t seed) {
+  int64_t n = product(dims, rank), m = n / dims[axis];
+  double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)m * sizeof *ref);
+  double *mag = tl_xmalloc((size_t)m * sizeof *mag);
+  tl_seed(seed);
+  tl_fill_randn(x, n);
+  tl_round(dt, x, n);
+  sum_ref(x, ref, mag, dims, rank, axis);
+  bk_buffer *bx = tl_buf(dt, x, n);
+  bk_buffer_release(dims_check("sum_axis", bk_sum_axis, bx, dims, rank, axis, ref, m,
+                               tl_tol_red(dt), tl_absmax(mag, m, 1)));
+  TL_UNCHANGED(bx, x, n);
+  bk_buffer_release(bx);
+  free(x);
+  free(ref);
+  free(mag);
+}
+
 static void sum_random(void) {
   static const struct {
     int rank, axis;
@@ -798,25 +819,8 @@ static void sum_random(void) {
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-      int rank = cases[c].rank, axis = cases[c].axis;
-      const int64_t *dims = cases[c].dims;
-      int64_t n = product(dims, rank), m = n / dims[axis];
-      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)m * sizeof *ref);
-      double *mag = tl_xmalloc((size_t)m * sizeof *mag);
-      tl_seed(700 + c);
-      tl_fill_randn(x, n);
-      tl_round(dt, x, n);
-      sum_ref(x, ref, mag, dims, rank, axis);
-      bk_buffer *bx = tl_buf(dt, x, n);
-      bk_buffer_release(dims_check("sum_axis", bk_sum_axis, bx, dims, rank, axis, ref, m,
-                                   tl_tol_red(dt), tl_absmax(mag, m, 1)));
-      TL_UNCHANGED(bx, x, n);
-      bk_buffer_release(bx);
-      free(x);
-      free(ref);
-      free(mag);
-    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+      sum_case(dt, cases[c].dims, cases[c].rank, cases[c].axis, 700 + c);
   }
 }
 
@@ -856,24 +860,8 @@ static void sum_forced(void) {
     TL_CHECK(bk__cuda_axis_force(tl_ctx, strategy), "strategy %d refused", strategy);
     for (int d = 0; d < TL_DTYPES; d++) {
       bk_dtype dt = tl_dtypes[d];
-      for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
-        const int64_t *dims = shapes[c];
-        int64_t n = product(dims, 3), m = n / dims[1];
-        double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)m * sizeof *ref);
-        double *mag = tl_xmalloc((size_t)m * sizeof *mag);
-        tl_seed(760 + c);
-        tl_fill_randn(x, n);
-        tl_round(dt, x, n);
-        sum_ref(x, ref, mag, dims, 3, 1);
-        bk_buffer *bx = tl_buf(dt, x, n);
-        bk_buffer_release(dims_check("sum_axis", bk_sum_axis, bx, dims, 3, 1, ref, m,
-                                     tl_tol_red(dt), tl_absmax(mag, m, 1)));
-        TL_UNCHANGED(bx, x, n);
-        bk_buffer_release(bx);
-        free(x);
-        free(ref);
-        free(mag);
-      }
+      for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+        sum_case(dt, shapes[c], 3, 1, 760 + c);
     }
     /* At most 16 terms fold as one chain under every strategy. */
     sum_order();

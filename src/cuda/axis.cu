@@ -175,6 +175,29 @@ struct ax_std {
 
 static constexpr int AX_GEN_R = 8; /* reduced axes never neighbour: rank / 2 */
 
+/* Index k over n axes (innermost first, dividers div, the outermost takes
+ * the rest): *a = sum of coordinate * sa[j], and with TWO *b over sb. */
+template <bool TWO>
+static __device__ __forceinline__ void ax_coords(const bk_divider *div, const int64_t *sa,
+                                                 const int64_t *sb, int n, int64_t k,
+                                                 int64_t *a, int64_t *b) {
+  int64_t x = 0, z = 0;
+  uint64_t rest = (uint64_t)k;
+#pragma unroll 1
+  for (int j = 0; j < n; j++) {
+    uint64_t c = rest;
+    if (j < n - 1) {
+      const uint64_t q = bk_divider_q(div[j], rest);
+      c = rest - q * div[j].d;
+      rest = q;
+    }
+    x += (int64_t)c * sa[j];
+    if (TWO) z += (int64_t)c * sb[j];
+  }
+  *a = x;
+  if (TWO) *b = z;
+}
+
 struct ax_gen {
   static constexpr bool gen = true;
   int nk, nr;                     /* kept axes in o, reduced axes; innermost first */
@@ -185,35 +208,11 @@ struct ax_gen {
   int64_t cs;
 
   __device__ __forceinline__ void kept(int64_t o, int64_t *out, int64_t *in) const {
-    int64_t a = 0, b = 0;
-    uint64_t k = (uint64_t)o;
-#pragma unroll 1
-    for (int j = 0; j < nk; j++) {
-      uint64_t c = k;
-      if (j < nk - 1) {
-        const uint64_t q = bk_divider_q(kdiv[j], k);
-        c = k - q * kdiv[j].d;
-        k = q;
-      }
-      a += (int64_t)c * kout[j];
-      b += (int64_t)c * kin[j];
-    }
-    *out = a;
-    *in = b;
+    ax_coords<true>(kdiv, kout, kin, nk, o, out, in);
   }
   __device__ __forceinline__ int64_t roff(int64_t r) const {
-    int64_t a = 0;
-    uint64_t k = (uint64_t)r;
-#pragma unroll 1
-    for (int j = 0; j < nr; j++) {
-      uint64_t c = k;
-      if (j < nr - 1) {
-        const uint64_t q = bk_divider_q(rdiv[j], k);
-        c = k - q * rdiv[j].d;
-        k = q;
-      }
-      a += (int64_t)c * rout[j];
-    }
+    int64_t a;
+    ax_coords<false>(rdiv, rout, nullptr, nr, r, &a, nullptr);
     return a;
   }
 };
