@@ -427,12 +427,12 @@ static void bto_geometries(void) {
       {2, 4, {7, 1}, {3, 9, 7, 2}, {0, 2, 1, 0}},
       {3, 4, {30, 1, 40}, {40, 25, 30, 8}, {3, 0, 1, 2}},
       {2, 3, {64, 64}, {64, 64, 50}, {2, 1, 0}},
-      /* Few columns and many rows: the CUDA column fold cuts the rows into
-       * segments (affine and multi-axis row offsets, unaligned width). */
+      /* Few columns and many rows: the CUDA axis engine cuts the rows into
+       * ordered chunks (one reduced axis, several, unaligned width). */
       {1, 2, {37}, {3000, 37}, {0, 1}},
       {2, 2, {1, 40}, {5000, 40}, {1, 2}},
       {1, 3, {7}, {40, 60, 7}, {0, 0, 1}},
-      /* Seven segments, and the most segments (sixteen). */
+      /* More rows than one tile holds, in float32 and float64 strips. */
       {1, 2, {64}, {8000, 64}, {0, 1}},
       {1, 2, {16}, {20000, 16}, {0, 1}},
       {16, 16, {2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1, 2, 1},
