@@ -10,8 +10,8 @@
  *    best k pairs merged by shuffles;
  *  - small rows (k <= 8, R rows of a block staged in shared memory within a
  *    static budget): a thread keeps its row's best k pairs;
- *  - any other row: a block per row selects the k-th best number by radix
- *    select (topk_select_kernel).
+ *  - any other row: a warp (rows of at most 1024 entries) or a block per
+ *    row selects the k-th best number by radix select (topk_select_kernel).
  * Without NaN, "j beats i" is the strict total order (value descending,
  * index ascending), so entry i is kept iff it is not after the k-th best
  * pair; a row holding NaN is counted literally.
@@ -369,34 +369,37 @@ static __global__ void __launch_bounds__(256, sizeof(T) == 4 && K <= 4 ? 4 : 0)
 }
 
 /*
- * Any other shape: a block per row selects the k-th best number by radix
- * select, then writes the mask in one more pass.
+ * Any other shape: a group of threads per row (a warp for rows of at most
+ * 1024 entries, eight rows to a block, else the whole block) selects the
+ * k-th best number by radix select, then writes the mask in one more pass.
  *
  * Keys. A number's key is an unsigned integer whose order is the numbers'
  * order (the sign bit flipped for positives, every bit for negatives; -0 is
  * read as +0, so the two tie). NaN has no key: it takes no part in the
  * selection.
  *
- * Selection. The key of the k-th best number, V, is found a digit of DBITS
+ * Selection. The key of the k-th best number, V, is found a digit of dbits
  * bits at a time from the top: a histogram of the current digit over the
  * numbers whose higher digits match the prefix found so far, then the digit
- * at which the count from the top reaches the remaining rank. After the last
- * digit, `gt` numbers have a key above V and `need` of the numbers equal to V
- * are kept: the first `need` in index order (the lower index wins a tie).
- * Counts are exact integers, so the result does not depend on the order in
- * which the histogram's atomic additions land.
+ * at which the count from the top reaches the remaining rank (one warp
+ * searches the bins). After the last digit, the numbers above V are kept and
+ * so are the first `need` of those equal to V in index order (the lower
+ * index wins a tie). Counts are exact integers, so the result does not
+ * depend on the order in which the histogram's atomic additions land. Two
+ * histograms alternate, so that one is cleared while the other fills: two
+ * barriers per digit.
  *
  * Rows whose keys fit the shared-memory budget are read from memory once:
- * the keys are staged there by the first pass, later passes and the mask
- * read them back. Longer rows, and any row holding a NaN, read the row again
- * from memory (L2) in each pass.
+ * the first pass stages the keys, later passes and the mask read them back.
+ * Longer rows, and any row holding a NaN, read the row again (from L2) in
+ * each pass.
  *
- * NaN. Without NaN the numbers beating entry i are exactly those before it
- * in the order (key descending, index ascending), so the k best are kept. A
- * NaN at j ties with everything and so beats every later entry: a NaN at i
- * is kept iff i < k, and a number is kept only if it is among the k best
- * numbers (the others already have k beaters) and its literal count of
- * beaters, taken from memory with an early stop at k, is below k.
+ * NaN. Without NaN the entries beating entry i are exactly the numbers
+ * before it in the order (key descending, index ascending), so the k best
+ * are kept. A NaN at j ties with everything and so beats every later entry:
+ * a NaN at i is kept iff i < k, and a number is kept only if it is among the
+ * k best numbers (the others already have k beaters) and its literal count
+ * of beaters, taken from memory with an early stop at k, is below k.
  */
 template <typename T> struct tk_key;
 template <> struct tk_key<float> {
@@ -416,34 +419,52 @@ template <> struct tk_key<double> {
   }
 };
 
+/* The threads working on one row: a warp (W) or the whole block. */
+template <bool W> struct tk_group {
+  static __device__ __forceinline__ int size() { return W ? 32 : (int)blockDim.x; }
+  static __device__ __forceinline__ int rank() {
+    return W ? (int)(threadIdx.x & 31u) : (int)threadIdx.x;
+  }
+  static __device__ __forceinline__ void sync() {
+    if (W)
+      __syncwarp();
+    else
+      __syncthreads();
+  }
+};
 
-/* Exclusive prefix sum of v over the block in thread order (blockDim a
- * multiple of 32); *total gets the block's sum. ws holds 33 counts. Every
- * thread of the block must call it. */
-template <typename C>
-static __device__ C tk_block_scan(C v, C *ws, C *total) {
-  const int lane = (int)(threadIdx.x & 31u), w = (int)(threadIdx.x >> 5);
-  const int nw = (int)(blockDim.x >> 5);
-  C s = v;
+/* Inclusive prefix sum over the warp in lane order. */
+template <typename C> static __device__ __forceinline__ C tk_warp_scan(C v) {
+  const int lane = (int)(threadIdx.x & 31u);
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const C n = __shfl_up_sync(RW_FULL_MASK, s, o);
-    if (lane >= o) s += n;
+    const C n = __shfl_up_sync(RW_FULL_MASK, v, o);
+    if (lane >= o) v += n;
   }
+  return v;
+}
+
+/* Exclusive prefix sum of v over the group in rank order; *total gets the
+ * group's sum. ws (33 counts) is the group's scratch. Every thread of the
+ * group calls it. */
+template <bool W, typename C> static __device__ C tk_scan(C v, C *ws, C *total) {
+  const C s = tk_warp_scan(v);
+  if (W) {
+    *total = __shfl_sync(RW_FULL_MASK, s, 31);
+    return s - v;
+  }
+  const int lane = (int)(threadIdx.x & 31u), w = (int)(threadIdx.x >> 5);
+  const int nw = (int)(blockDim.x >> 5);
   if (lane == 31) ws[w] = s;
   __syncthreads();
   if (w == 0) {
-    C t = lane < nw ? ws[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const C n = __shfl_up_sync(RW_FULL_MASK, t, o);
-      if (lane >= o) t += n;
-    }
+    const C t = tk_warp_scan(lane < nw ? ws[lane] : (C)0);
+    __syncwarp();
     if (lane < nw) ws[lane] = t;
     if (lane == nw - 1) ws[32] = t;
   }
   __syncthreads();
-  const C ex = s - v + (w > 0 ? ws[w - 1] : 0);
+  const C ex = s - v + (w > 0 ? ws[w - 1] : (C)0);
   *total = ws[32];
   __syncthreads(); /* ws is free again */
   return ex;
@@ -465,47 +486,85 @@ static __device__ __forceinline__ void tk_hist_add(C *hist, unsigned d, bool act
   }
 }
 
-/* Where the staged keys start in the select kernel's shared memory: after
- * the histogram of nb counts, 33 scan words and two words for the digit
- * found, rounded up to 16 bytes. */
-static __host__ __device__ __forceinline__ size_t tk_keys_offset(int nb, size_t count_bytes) {
-  return ((size_t)(nb + 33 + 2) * count_bytes + 15) & ~(size_t)15;
+/* One warp: the bin b of hist (nb >= 32 bins) at which the count from the
+ * top reaches need (1 <= need <= the histogram's total). misc[0] = b,
+ * misc[1] = the count above b, misc[2] = the count at b. Lane l owns the nb
+ * / 32 bins below nb - l * nb / 32, summed in a rotated order so that the
+ * lanes read different banks. */
+template <typename C> static __device__ void tk_search(const C *hist, int nb, C need, C *misc) {
+  const int lane = (int)(threadIdx.x & 31u), per = nb >> 5;
+  const int hi = nb - lane * per;
+  C mine = 0;
+  for (int j = 0; j < per; ++j) mine += hist[hi - 1 - ((j + lane) & (per - 1))];
+  const C incl = tk_warp_scan(mine);
+  C acc = incl - mine;
+  if (acc < need && incl >= need) {
+    for (int b = hi - 1;; --b) {
+      if (acc + hist[b] >= need) {
+        misc[0] = (C)b;
+        misc[1] = acc;
+        misc[2] = hist[b];
+        break;
+      }
+      acc += hist[b];
+    }
+  }
 }
 
-template <typename T, typename C>
+/* Where a group's staged keys start in its shared memory: after two
+ * histograms of nb counts, 33 scan words and four words (the digit found,
+ * the counts above and at it, the NaN count), rounded up to 16 bytes. */
+static __host__ __device__ __forceinline__ size_t tk_keys_offset(int nb, size_t count_bytes) {
+  return ((size_t)(2 * nb + 33 + 4) * count_bytes + 15) & ~(size_t)15;
+}
+
+/* A group's shared memory, with `staged` keys of key_bytes each, rounded up
+ * to 16 bytes. */
+static __host__ __device__ __forceinline__ size_t tk_group_bytes(int nb, size_t count_bytes,
+                                                                  size_t key_bytes,
+                                                                  int64_t staged) {
+  return (tk_keys_offset(nb, count_bytes) + (size_t)staged * key_bytes + 15) & ~(size_t)15;
+}
+
+template <typename T, typename C, bool W>
 static __global__ void __launch_bounds__(1024)
     topk_select_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int64_t cols,
                        int64_t k, int dbits, int staged) {
   using K = tk_key<T>;
   using U = typename K::U;
+  using G = tk_group<W>;
   extern __shared__ __align__(16) unsigned char tk_smem[];
   const int nb = 1 << dbits;
-  C *hist = reinterpret_cast<C *>(tk_smem);
-  C *ws = hist + nb;            /* 33 scan words */
-  C *misc = ws + 33;            /* [0] digit found, [1] count above it */
-  U *keys = reinterpret_cast<U *>(tk_smem + tk_keys_offset(nb, sizeof(C)));
-  const int64_t B = blockDim.x, t = threadIdx.x;
-  /* Bins owned by each thread for the search from the top: thread t owns
-   * the per bins below nb - t * per. */
-  const int per = nb > (int)B ? nb / (int)B : 1;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int wid = (int)(threadIdx.x >> 5);
+  unsigned char *base =
+      tk_smem + (W ? (size_t)wid * tk_group_bytes(nb, sizeof(C), sizeof(U), staged ? cols : 0) : 0);
+  C *hist = reinterpret_cast<C *>(base); /* two histograms of nb counts */
+  C *ws = hist + 2 * nb;                 /* 33 scan words */
+  C *misc = ws + 33;                     /* digit, count above, count at, NaNs */
+  U *keys = reinterpret_cast<U *>(base + tk_keys_offset(nb, sizeof(C)));
+  const int64_t gs = G::size(), gt = G::rank();
+  const int64_t gpb = W ? (int64_t)(blockDim.x >> 5) : 1;
+  const int64_t first = W ? (int64_t)blockIdx.x * gpb + wid : (int64_t)blockIdx.x;
+  const bool searcher = W || threadIdx.x < 32;
+  const int top_shift = K::bits - dbits;
+  for (int64_t b = gt; b < 2 * nb; b += gs) hist[b] = 0;
+  if (gt < 4) misc[gt] = 0;
+  G::sync();
+  for (int64_t r = first; r < rows; r += (int64_t)gridDim.x * gpb) {
     const T *xr = x + r * cols;
     T *yr = y + r * cols;
-    for (int b = (int)t; b < nb; b += (int)B) hist[b] = 0;
-    __syncthreads();
     /* Pass 1: load, stage, histogram of the top digit, count the NaNs. */
-    const int top_shift = K::bits - dbits;
     C nans = 0;
-    for (int64_t i0 = 0; i0 < cols; i0 += 4 * B) {
+    for (int64_t i0 = 0; i0 < cols; i0 += 4 * gs) {
       T v[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        const int64_t i = i0 + u * B + t;
+        const int64_t i = i0 + u * gs + gt;
         v[u] = i < cols ? xr[i] : (T)0;
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
-        const int64_t i = i0 + u * B + t;
+        const int64_t i = i0 + u * gs + gt;
         const bool num = i < cols && v[u] == v[u];
         nans += (i < cols && !num) ? 1 : 0;
         const U key = K::of(v[u]);
@@ -513,53 +572,40 @@ static __global__ void __launch_bounds__(1024)
         tk_hist_add(hist, (unsigned)(key >> top_shift), num);
       }
     }
-    C nan_total;
-    (void)tk_block_scan(nans, ws, &nan_total);
+    if (nans) atomicAdd(&misc[3], nans);
+    G::sync();
+    const C nan_total = misc[3];
+    G::sync(); /* every thread has read the NaN count */
+    if (gt == 0) misc[3] = 0;
     const bool from_smem = staged && nan_total == 0;
-    const C nums = (C)cols - nan_total;
+    const bool all_numbers = (C)cols - nan_total <= (C)k;
     /* The k-th best number's key V, digit by digit (none when every number
      * is kept). */
     U prefix = 0;
     C need = (C)k, eq_count = 0;
-    bool all_numbers = nums <= (C)k;
-    int shift = top_shift, width = dbits;
+    int shift = top_shift, width = dbits, p = 0;
     while (!all_numbers) {
-      /* The digit d at which the count from the top reaches `need`. */
-      C mine = 0;
-      const int hi = nb - (int)t * per;
-      for (int b = hi - 1; b >= hi - per && b >= 0; --b) mine += hist[b];
-      C tot;
-      const C above = tk_block_scan(t * per < nb ? mine : 0, ws, &tot);
-      if (t * per < nb && above < need && above + mine >= need) {
-        C acc = above;
-        for (int b = hi - 1; b >= hi - per; --b) {
-          if (acc + hist[b] >= need) {
-            misc[0] = (C)b;
-            misc[1] = acc;
-            break;
-          }
-          acc += hist[b];
-        }
-      }
-      __syncthreads();
-      const unsigned d = (unsigned)misc[0];
+      C *cur = hist + (p & 1) * nb;
+      if (searcher) tk_search(cur, nb, need, misc);
+      G::sync();
       need -= misc[1];
-      eq_count = hist[d];
-      prefix = (prefix << width) | (U)d;
-      __syncthreads(); /* every thread has read hist and misc */
+      eq_count = misc[2];
+      prefix = (prefix << width) | (U)misc[0];
       if (shift == 0) break;
-      /* The next digit, over the numbers matching the prefix. */
+      /* The next digit into the other histogram, over the numbers matching
+       * the prefix; this one is cleared for the digit after. */
+      C *next = hist + ((p + 1) & 1) * nb;
       const int ps = shift;
       width = shift < dbits ? shift : dbits;
       shift -= width;
-      for (int b = (int)t; b < nb; b += (int)B) hist[b] = 0;
-      __syncthreads();
-      for (int64_t i0 = 0; i0 < cols; i0 += 4 * B) {
+      const unsigned dmask = (1u << width) - 1u;
+      for (int64_t b = gt; b < nb; b += gs) cur[b] = 0;
+      for (int64_t i0 = 0; i0 < cols; i0 += 4 * gs) {
         U kk[4];
         bool num[4];
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
-          const int64_t i = i0 + u * B + t;
+          const int64_t i = i0 + u * gs + gt;
           if (from_smem) {
             num[u] = i < cols;
             kk[u] = num[u] ? keys[i] : 0;
@@ -570,20 +616,22 @@ static __global__ void __launch_bounds__(1024)
           }
         }
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
-          const bool m = num[u] && (kk[u] >> ps) == prefix;
-          tk_hist_add(hist, (unsigned)(kk[u] >> shift) & ((1u << width) - 1u), m);
-        }
+        for (int u = 0; u < 4; ++u)
+          tk_hist_add(next, (unsigned)(kk[u] >> shift) & dmask,
+                      num[u] && (kk[u] >> ps) == prefix);
       }
-      __syncthreads();
+      G::sync();
+      ++p;
     }
     const U V = prefix;
     /* All numbers equal to V are kept unless a tie is cut by index. */
     const bool cut = !all_numbers && need < eq_count;
-    /* The mask, in tiles of B entries in index order. */
+    /* The mask, in tiles of gs entries in index order; the histograms are
+     * cleared for the next row meanwhile. */
+    for (int64_t b = gt; b < 2 * nb; b += gs) hist[b] = 0;
     C eq_before = 0;
-    for (int64_t i0 = 0; i0 < cols; i0 += B) {
-      const int64_t i = i0 + t;
+    for (int64_t i0 = 0; i0 < cols; i0 += gs) {
+      const int64_t i = i0 + gt;
       T v = (T)0;
       U key = 0;
       bool num = false;
@@ -601,11 +649,11 @@ static __global__ void __launch_bounds__(1024)
       if (all_numbers) {
         keep = num;
       } else {
-        keep = num && key > V;
         const bool eq = num && key == V;
+        keep = num && key > V;
         if (cut) {
           C tot;
-          const C rank = eq_before + tk_block_scan<C>(eq ? 1 : 0, ws, &tot);
+          const C rank = eq_before + tk_scan<W, C>(eq ? 1 : 0, ws, &tot);
           eq_before += tot;
           keep = keep || (eq && rank < need);
         } else {
@@ -625,9 +673,9 @@ static __global__ void __launch_bounds__(1024)
           keep = cnt < k;
         }
       }
-        if (i < cols) __stcs(yr + i, keep ? (T)1 : (T)0);
+      if (i < cols) __stcs(yr + i, keep ? (T)1 : (T)0);
     }
-    __syncthreads(); /* hist, misc and keys are reused by the next row */
+    G::sync(); /* hist, misc and keys are reused by the next row */
   }
 }
 
@@ -664,35 +712,42 @@ static bk_status topk_group_launch(bk_context *ctx, const char *fn, const T *x, 
   return bk__cuda_launched(fn, "topk_group_kernel");
 }
 
-/* The select kernel's shared memory: the histogram, the scan words, two
- * words for the digit found, then the row's keys when they are staged. */
-static size_t topk_select_smem(int dbits, size_t count_bytes, size_t key_bytes,
-                               int64_t staged_cols) {
-  return tk_keys_offset(1 << dbits, count_bytes) + (size_t)staged_cols * key_bytes;
+/* Rows of at most this many entries are selected by one warp, eight rows
+ * to a block of 256 threads (at most 32 entries per lane and pass); longer
+ * rows by a block of 64 to 1024 threads, about 32 entries per thread. */
+static const int64_t TK_WARP_MAX_COLS = 32 * 32;
+
+template <typename T, typename C, bool W>
+static bk_status topk_select_run(bk_context *ctx, const char *fn, const T *x, T *y, int64_t rows,
+                                 int64_t cols, int64_t k, int dbits, int threads, int64_t blocks) {
+  using U = typename tk_key<T>::U;
+  const bk_cuda_facts *f = &bk_cu(ctx)->facts;
+  const int groups = W ? threads / 32 : 1;
+  size_t static_smem = 0;
+  const void *kern = (const void *)topk_select_kernel<T, C, W>;
+  const bool opted = bk__cuda_func_prepare(ctx, kern, -1, -1, 0, &static_smem);
+  const size_t limit = (opted ? (size_t)f->smem_optin : (size_t)48 * 1024) - static_smem;
+  const size_t with_keys = (size_t)groups * tk_group_bytes(1 << dbits, sizeof(C), sizeof(U), cols);
+  const bool staged = with_keys <= limit;
+  const size_t smem =
+      staged ? with_keys : (size_t)groups * tk_group_bytes(1 << dbits, sizeof(C), sizeof(U), 0);
+  topk_select_kernel<T, C, W><<<bk_cuda_grid(blocks), threads, smem, bk_stream(ctx)>>>(
+      x, y, rows, cols, k, dbits, staged ? 1 : 0);
+  return bk__cuda_launched(fn, "topk_select_kernel");
 }
 
 template <typename T, typename C>
 static bk_status topk_select_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t rows,
                                     int64_t cols, int64_t k) {
-  using U = typename tk_key<T>::U;
+  if (cols <= TK_WARP_MAX_COLS)
+    return topk_select_run<T, C, true>(ctx, fn, x, y, rows, cols, k, 8, 256, (rows + 7) / 8);
   /* Digits of 11 bits (2048 bins) once a row has at least two entries per
-   * bin, else 8: clearing and searching the bins costs a pass of nb / B per
+   * bin, else 8: clearing and searching the bins costs nb / threads per
    * thread and digit. */
   const int dbits = cols >= 4096 ? 11 : 8;
-  /* About eight entries per thread and pass, 32 to 1024 threads. */
-  int threads = 32;
-  while (threads < 1024 && (int64_t)threads * 8 < cols) threads <<= 1;
-  const bk_cuda_facts *f = &bk_cu(ctx)->facts;
-  size_t static_smem = 0;
-  const void *kern = (const void *)topk_select_kernel<T, C>;
-  const bool opted = bk__cuda_func_prepare(ctx, kern, -1, -1, 0, &static_smem);
-  const size_t limit = (opted ? (size_t)f->smem_optin : (size_t)48 * 1024) - static_smem;
-  const size_t with_keys = topk_select_smem(dbits, sizeof(C), sizeof(U), cols);
-  const bool staged = with_keys <= limit;
-  const size_t smem = staged ? with_keys : topk_select_smem(dbits, sizeof(C), sizeof(U), 0);
-  topk_select_kernel<T, C><<<bk_cuda_grid(rows), threads, smem, bk_stream(ctx)>>>(
-      x, y, rows, cols, k, dbits, staged ? 1 : 0);
-  return bk__cuda_launched(fn, "topk_select_kernel");
+  int threads = 64;
+  while (threads < 1024 && (int64_t)threads * 32 < cols) threads <<= 1;
+  return topk_select_run<T, C, false>(ctx, fn, x, y, rows, cols, k, dbits, threads, rows);
 }
 
 /* Kernel forced by bk__cuda_topk_force (tests): 0 lets topk() choose. */
