@@ -26,7 +26,8 @@
  * rows get the contract's IEEE results.
  * Row losses are summed per block in a fixed order into a scratch array,
  * then one block folds the array in a fixed order in float64 and writes the
- * single result: deterministic, no atomics.
+ * single result: deterministic, no atomics. A grid of one block (a few
+ * short rows) writes the mean itself, in one launch.
  *
  * The gradient (softmax(S) - softmax(T))/rows needs both rows' statistics
  * before any output, so it keeps a register cache of both rows (like the
@@ -689,6 +690,18 @@ static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, i
 
 /* ---- kernels: losses ------------------------------------------------------------------ */
 
+/* A loss block's sum of row losses: to part[blockIdx.x] for the final fold,
+ * or, when the grid is one block (part == NULL), straight to the mean in
+ * y[0]. The final fold of a single partial adds only zeros to 0.0 + s, so
+ * both give the same bits. */
+template <typename T>
+static __device__ __forceinline__ void xe_block_result(double *part, T *y, double s, int64_t rows) {
+  if (part)
+    part[blockIdx.x] = s;
+  else
+    y[0] = (T)((0.0 + s) / (double)rows);
+}
+
 /*
  * Row losses, one row per group (WARP: a warp, blockDim 256; else the
  * block), rows visited grid-stride. Each block writes the sum of its rows'
@@ -702,7 +715,8 @@ static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, i
 template <typename T, int VEC, bool WARP, int KIND>
 static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 : 3)
     xent_loss_rows_kernel(const T *__restrict__ a, const T *__restrict__ b,
-                          double *__restrict__ part, int64_t rows, int64_t cols) {
+                          double *__restrict__ part, T *__restrict__ y, int64_t rows,
+                          int64_t cols) {
   using State = typename std::conditional<KIND == XE_WMEAN, xe_wm_state<T>, xe_tl_state<T>>::type;
   __shared__ xe_shared<T> sh;
   __shared__ double sh_warp[32];
@@ -736,10 +750,10 @@ static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 :
     if (threadIdx.x == 0) {
       double s = sh_warp[0];
       for (int w = 1; w < (int)(blockDim.x >> 5); ++w) s += sh_warp[w];
-      part[blockIdx.x] = s;
+      xe_block_result(part, y, s, rows);
     }
   } else {
-    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+    if (threadIdx.x == 0) xe_block_result(part, y, acc, rows);
   }
 }
 
@@ -757,7 +771,8 @@ static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 :
 template <int VEC>
 static __global__ void __launch_bounds__(XE_ROW_THREADS, 3)
     xent_tl64_rows_kernel(const double *__restrict__ a, const double *__restrict__ b,
-                          double *__restrict__ part, int64_t rows, int64_t cols) {
+                          double *__restrict__ part, double *__restrict__ y, int64_t rows,
+                          int64_t cols) {
   __shared__ xe_shared<double> sh;
   __shared__ int2 tab[64];
   if (threadIdx.x < 64) tab[threadIdx.x] = xe_exp2_tab_entry((int)threadIdx.x);
@@ -781,7 +796,7 @@ static __global__ void __launch_bounds__(XE_ROW_THREADS, 3)
     }
     acc += loss;
   }
-  if (threadIdx.x == 0) part[blockIdx.x] = acc;
+  if (threadIdx.x == 0) xe_block_result(part, y, acc, rows);
 }
 
 /* Split path: the state of chunk c of row r (unit r*nch + c) over the vector
@@ -1092,23 +1107,26 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
   const int64_t units = warp ? (rows + 7) / 8 : rows;
   const int64_t cap = (tl64 ? 64 : 32) * sm;
   const int64_t blocks = units < cap ? units : cap;
-  st = bk__cuda_scratch(ctx, fn, (size_t)blocks * sizeof(double), &scratch);
-  if (st != BK_OK) return st;
+  /* One block writes the mean itself: no partial sums, no final kernel. */
+  if (blocks > 1) {
+    st = bk__cuda_scratch(ctx, fn, (size_t)blocks * sizeof(double), &scratch);
+    if (st != BK_OK) return st;
+  }
   double *part = (double *)scratch;
   const char *kname = "xent_loss_rows_kernel";
   if (warp) {
     xent_loss_rows_kernel<T, VEC, true, KIND>
-        <<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, rows, cols);
+        <<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, y, rows, cols);
   } else if (tl64) {
     if constexpr (TL64)
-      xent_tl64_rows_kernel<VEC><<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, rows, cols);
+      xent_tl64_rows_kernel<VEC><<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, y, rows, cols);
     kname = "xent_tl64_rows_kernel";
   } else {
     xent_loss_rows_kernel<T, VEC, false, KIND>
-        <<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, rows, cols);
+        <<<(unsigned)blocks, threads, 0, stream>>>(a, b, part, y, rows, cols);
   }
   st = bk__cuda_launched(fn, kname);
-  if (st == BK_OK) {
+  if (st == BK_OK && blocks > 1) {
     xent_final_kernel<T><<<1, 1024, 0, stream>>>(part, blocks, y, rows);
     st = bk__cuda_launched(fn, "xent_final_kernel");
   }
