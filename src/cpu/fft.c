@@ -50,6 +50,13 @@
 /* Values of a row the moves between rows and lanes take at a time. */
 #define FFT_BLOCK 16
 
+/* The butterflies are inlined into their stage loops, which vectorize them. */
+#if defined(__GNUC__)
+#define BK_FFT_INLINE inline __attribute__((always_inline))
+#else
+#define BK_FFT_INLINE inline
+#endif
+
 /* Splits m into radices, 4 first (fewest passes), then 2, 3, 5 and the other
  * primes in increasing order. */
 static void factorize(int64_t m, int64_t *fac, int *nf) {

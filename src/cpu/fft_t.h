@@ -24,7 +24,7 @@ typedef struct BK_FN(plan) {
   struct BK_FN(plan) *blue; /* direct plan of the smooth length M */
   BK_T *chirp;     /* (2, m) exp(-pi i k^2/m), real parts then imaginary */
   BK_T *kernel;    /* (2, M) DFT of the conjugate chirp, scaled by 1/M */
-    BK_T *half;      /* top-level plans of a real even length 2m: (2, m+1) exp(-pi i k/m) */
+  BK_T *half;      /* top-level plans of a real even length 2m: (2, m+1) exp(-pi i k/m) */
 } BK_FN(plan);
 
 /* count values of memory for the public function fn; each caller is an
@@ -170,14 +170,14 @@ static bk_status BK_FN(plan_make)(const char *fn, int64_t m, BK_FN(plan) **out) 
     yi[iy + (t) * ys] = re_ * (wi_) + im_ * (wr_);           \
   } while (0)
 
-static inline void BK_FN(bf2)(BK_FFT_ARGS, BK_T w1r, BK_T w1i) {
+static BK_FFT_INLINE void BK_FN(bf2)(BK_FFT_ARGS, BK_T w1r, BK_T w1i) {
   const BK_T ar = xr[ix], ai = xi[ix], br = xr[ix + xs], bi = xi[ix + xs];
   yr[iy] = ar + br;
   yi[iy] = ai + bi;
   BK_FFT_PUT(1, ar - br, ai - bi, w1r, w1i);
 }
 
-static inline void BK_FN(bf3)(BK_FFT_ARGS, BK_T w1r, BK_T w1i, BK_T w2r, BK_T w2i) {
+static BK_FFT_INLINE void BK_FN(bf3)(BK_FFT_ARGS, BK_T w1r, BK_T w1i, BK_T w2r, BK_T w2i) {
   /* W_3 = -1/2 - i sqrt(3)/2. */
   const BK_T c = (BK_T)0.86602540378443864676372317075294;
   const BK_T x0r = xr[ix], x0i = xi[ix];
@@ -191,7 +191,7 @@ static inline void BK_FN(bf3)(BK_FFT_ARGS, BK_T w1r, BK_T w1i, BK_T w2r, BK_T w2
   BK_FFT_PUT(2, hr - c * di, hi + c * dr, w2r, w2i);
 }
 
-static inline void BK_FN(bf4)(BK_FFT_ARGS, BK_T w1r, BK_T w1i, BK_T w2r, BK_T w2i, BK_T w3r,
+static BK_FFT_INLINE void BK_FN(bf4)(BK_FFT_ARGS, BK_T w1r, BK_T w1i, BK_T w2r, BK_T w2i, BK_T w3r,
                        BK_T w3i) {
   const BK_T x0r = xr[ix], x0i = xi[ix];
   const BK_T x1r = xr[ix + xs], x1i = xi[ix + xs];
@@ -206,7 +206,7 @@ static inline void BK_FN(bf4)(BK_FFT_ARGS, BK_T w1r, BK_T w1i, BK_T w2r, BK_T w2
   BK_FFT_PUT(3, b1r - b3i, b1i + b3r, w3r, w3i); /* b1 + i b3 */
 }
 
-static inline void BK_FN(bf5)(BK_FFT_ARGS, const BK_T *w) {
+static BK_FFT_INLINE void BK_FN(bf5)(BK_FFT_ARGS, const BK_T *w) {
   /* cos and sin of 2 pi/5 and 4 pi/5. */
   const BK_T c1 = (BK_T)0.30901699437494742410229341718282;
   const BK_T s1 = (BK_T)0.95105651629515357211643933337938;
@@ -230,7 +230,7 @@ static inline void BK_FN(bf5)(BK_FFT_ARGS, const BK_T *w) {
   BK_FFT_PUT(3, u2r - v2i, u2i + v2r, w[2], w[6]);
 }
 
-static inline void BK_FN(bf7)(BK_FFT_ARGS, const BK_T *w) {
+static BK_FFT_INLINE void BK_FN(bf7)(BK_FFT_ARGS, const BK_T *w) {
   /* cos and sin of 2 pi r/7, r = 1, 2, 3. */
   const BK_T c1 = (BK_T)0.62348980185873353052500488400424;
   const BK_T c2 = (BK_T)-0.22252093395631440428890256449679;
@@ -343,7 +343,7 @@ static BK_CPU_CLONES void BK_FN(run7)(BK_FFT_STAGE_ARGS) {
  * sin) and X_{p-t} the same with +i, r, t = 1..(p-1)/2. cnt sequences side
  * by side: input r at x + r*xs + q, output t (before its twiddle) at
  * y + t*ys + q; the outputs accumulate in place. */
-static inline void BK_FN(dftp)(int64_t p, int64_t cnt, const BK_T *restrict x0r,
+static BK_FFT_INLINE void BK_FN(dftp)(int64_t p, int64_t cnt, const BK_T *restrict x0r,
                                const BK_T *restrict x0i, int64_t xs, BK_T *restrict y0r,
                                BK_T *restrict y0i, int64_t ys, const BK_T *restrict cr,
                                const BK_T *restrict ci) {
@@ -642,15 +642,11 @@ static BK_CPU_CLONES void BK_FN(gather)(const BK_T *restrict src, int64_t rs, in
     for (int64_t i = 0; i < count; i++) dst[i] = nv ? src[i * step] : 0;
     return;
   }
-  for (int64_t i0 = 0; i0 < count; i0 += FFT_BLOCK) {
-    const int64_t i1 = count - i0 < FFT_BLOCK ? count : i0 + FFT_BLOCK;
-    for (int64_t v = 0; v < V; v++) {
-      const BK_T *restrict row = src + v * rs;
-      if (v < nv)
-        for (int64_t i = i0; i < i1; i++) dst[i * V + v] = row[i * step];
-      else
-        for (int64_t i = i0; i < i1; i++) dst[i * V + v] = 0;
-    }
+  for (int64_t i = 0; i < count; i++) {
+    const BK_T *restrict col = src + i * step;
+#pragma omp simd
+    for (int64_t v = 0; v < nv; v++) dst[i * V + v] = col[v * rs];
+    for (int64_t v = nv; v < V; v++) dst[i * V + v] = 0;
   }
 }
 
