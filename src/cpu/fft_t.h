@@ -464,49 +464,21 @@ static void BK_FN(run_stage)(const BK_FN(stage) *s, int64_t S, const BK_T *xr, c
   }
 }
 
-/* The three pointwise steps of Bluestein's algorithm over V lanes. */
-static BK_CPU_CLONES void BK_FN(chirp_in)(int64_t m, int64_t M, int64_t V, const BK_T *restrict ar,
-                                   const BK_T *restrict ai, const BK_T *restrict wr,
-                                   const BK_T *restrict wi, BK_T *restrict cr,
-                                   BK_T *restrict ci) {
-  for (int64_t k = 0; k < m; k++) {
+/* The pointwise steps of Bluestein's algorithm over V lanes: value k of
+ * every lane, its imaginary part first multiplied by isgn (+-1, exact),
+ * times w[k], the product's imaginary part multiplied by osgn. y may be x
+ * (in place). */
+static BK_CPU_CLONES void BK_FN(lanes_mul)(int64_t count, int64_t V, const BK_T *xr,
+                                           const BK_T *xi, BK_T isgn, const BK_T *restrict wr,
+                                           const BK_T *restrict wi, BK_T osgn, BK_T *yr,
+                                           BK_T *yi) {
+  for (int64_t k = 0; k < count; k++) {
     const BK_T c = wr[k], s = wi[k];
 #pragma omp simd
     for (int64_t v = 0; v < V; v++) {
-      const BK_T re = ar[k * V + v], im = ai[k * V + v];
-      cr[k * V + v] = re * c - im * s;
-      ci[k * V + v] = re * s + im * c;
-    }
-  }
-  for (int64_t i = m * V; i < M * V; i++) cr[i] = ci[i] = 0;
-}
-
-/* r = conj(r * kernel), in place. */
-static BK_CPU_CLONES void BK_FN(kernel_mul)(int64_t M, int64_t V, BK_T *restrict rr, BK_T *restrict ri,
-                                     const BK_T *restrict kr, const BK_T *restrict ki) {
-  for (int64_t j = 0; j < M; j++) {
-    const BK_T c = kr[j], s = ki[j];
-#pragma omp simd
-    for (int64_t v = 0; v < V; v++) {
-      const BK_T re = rr[j * V + v], im = ri[j * V + v];
-      rr[j * V + v] = re * c - im * s;
-      ri[j * V + v] = -(re * s + im * c);
-    }
-  }
-}
-
-/* a = conj(r) * chirp. */
-static BK_CPU_CLONES void BK_FN(chirp_out)(int64_t m, int64_t V, const BK_T *restrict rr,
-                                    const BK_T *restrict ri, const BK_T *restrict wr,
-                                    const BK_T *restrict wi, BK_T *restrict ar,
-                                    BK_T *restrict ai) {
-  for (int64_t k = 0; k < m; k++) {
-    const BK_T c = wr[k], s = wi[k];
-#pragma omp simd
-    for (int64_t v = 0; v < V; v++) {
-      const BK_T re = rr[k * V + v], im = -ri[k * V + v];
-      ar[k * V + v] = re * c - im * s;
-      ai[k * V + v] = re * s + im * c;
+      const BK_T re = xr[k * V + v], im = isgn * xi[k * V + v];
+      yr[k * V + v] = re * c - im * s;
+      yi[k * V + v] = osgn * (re * s + im * c);
     }
   }
 }
@@ -522,12 +494,16 @@ static BK_T *BK_FN(exec)(const BK_FN(plan) *p, int64_t V, BK_T *a, BK_T *b, BK_T
   if (p->blue) {
     const int64_t M = p->blue->m;
     BK_T *c = sc, *d = sc + 2 * M * V;
-    BK_FN(chirp_in)(m, M, V, a, a + m * V, p->chirp, p->chirp + m, c, c + M * V);
+    const BK_T one = 1;
+    /* c = x * chirp, zero-padded to M. */
+    BK_FN(lanes_mul)(m, V, a, a + m * V, one, p->chirp, p->chirp + m, one, c, c + M * V);
+    for (int64_t i = m * V; i < M * V; i++) c[i] = c[M * V + i] = 0;
     BK_T *r = BK_FN(exec)(p->blue, V, c, d, NULL);
-    /* Pointwise product, then the inverse FFT as conj(DFT(conj(.))). */
-    BK_FN(kernel_mul)(M, V, r, r + M * V, p->kernel, p->kernel + M);
+    /* conj(r * kernel) in place, then the inverse FFT as conj(DFT(conj(.))). */
+    BK_FN(lanes_mul)(M, V, r, r + M * V, one, p->kernel, p->kernel + M, -one, r, r + M * V);
     BK_T *r2 = BK_FN(exec)(p->blue, V, r, r == c ? d : c, NULL);
-    BK_FN(chirp_out)(m, V, r2, r2 + M * V, p->chirp, p->chirp + m, a, a + m * V);
+    /* x = conj(r2) * chirp. */
+    BK_FN(lanes_mul)(m, V, r2, r2 + M * V, -one, p->chirp, p->chirp + m, one, a, a + m * V);
     return a;
   }
   BK_T *x = a, *y = b;
