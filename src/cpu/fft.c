@@ -1,16 +1,20 @@
 /*
  * fft.c — CPU real FFTs over a packed half spectrum, for every n >= 1.
  *
- * Everything is computed in double and rounded once on store. The engine is
- * a complex FFT of length m (a "plan", cached in the context by length):
+ * float32 data are transformed in float32 and float64 data in float64 (the
+ * typed engine, fft_t.h); every twiddle and chirp value is computed in
+ * double and rounded once to the data's type. The engine is a complex FFT
+ * of length m (a "plan", cached in the context by length and dtype):
  *  - mixed radix, Stockham autosort (decimation in frequency, ping-pong
- *    between two buffers, no bit reversal): radices 4, 2, 3, 5 have
- *    hand-written butterflies, any other prime p a p-point DFT that pairs
- *    the inputs r and p - r;
+ *    between two buffers, no bit reversal): radices 4, 2, 3, 5, 7 have
+ *    hand-written butterflies, any other prime p <= FFT_MAX_PRIME a p-point
+ *    DFT that pairs the inputs r and p - r;
  *  - Bluestein's chirp-z algorithm when its operation count is lower than
- *    the direct one's (a large prime factor): the length-m DFT becomes a
- *    circular convolution of power-of-two length M >= 2m-1, done with the
- *    mixed-radix engine.
+ *    the direct one's, or a prime factor exceeds FFT_MAX_PRIME: the
+ *    length-m DFT becomes a circular convolution of a 2-3-5-smooth length
+ *    M >= 2m-1 (the cheapest such M), done with the mixed-radix engine.
+ * The choice between them and of M follows from the length alone, through
+ * an operation count per radix (stage_cost).
  * Each stage has its own table of twiddles, each computed directly with
  * cos/sin of an octant-reduced angle (no recurrence), so the error stays
  * O(eps log m) and the inner loops read them in order.
@@ -19,8 +23,10 @@
  * batch run side by side, value k of transform v at k*V + v: every stage's
  * inner loop runs over at least V contiguous values with one twiddle, so it
  * vectorizes (the first stage of a single transform, V = 1, runs its
- * butterflies along the sequence instead). V follows from the plan's
- * working set and the size of a core's own cache. Every transform does the
+ * butterflies along the sequence instead, and a generic prime stage with
+ * few interleaved sequences takes blocks of consecutive sub-transforms). V
+ * follows from the plan's working set and the size of a core's own cache
+ * (and is at most what gives every thread a group). Every transform does the
  * same operations in the same order whatever V, the batch, the thread
  * count or the code path (baseline x86-64 or AVX2, no fused multiply-adds),
  * so results are bitwise the same for all of them.
