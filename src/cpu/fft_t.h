@@ -206,6 +206,13 @@ static BK_FFT_INLINE void BK_FN(bf4)(BK_FFT_ARGS, BK_T w1r, BK_T w1i, BK_T w2r, 
   BK_FFT_PUT(3, b1r - b3i, b1i + b3r, w3r, w3i); /* b1 + i b3 */
 }
 
+/* The inputs r and q = p - r of an odd radix as a_k = x_r + x_q, b_k = x_r - x_q. */
+#define BK_FFT_PAIR(K, R, Q)                                                       \
+  const BK_T a##K##r = xr[ix + (R) * xs] + xr[ix + (Q) * xs],                      \
+             a##K##i = xi[ix + (R) * xs] + xi[ix + (Q) * xs];                      \
+  const BK_T b##K##r = xr[ix + (R) * xs] - xr[ix + (Q) * xs],                      \
+             b##K##i = xi[ix + (R) * xs] - xi[ix + (Q) * xs]
+
 static BK_FFT_INLINE void BK_FN(bf5)(BK_FFT_ARGS, const BK_T *w) {
   /* cos and sin of 2 pi/5 and 4 pi/5. */
   const BK_T c1 = (BK_T)0.30901699437494742410229341718282;
@@ -213,10 +220,8 @@ static BK_FFT_INLINE void BK_FN(bf5)(BK_FFT_ARGS, const BK_T *w) {
   const BK_T c2 = (BK_T)-0.80901699437494742410229341718282;
   const BK_T s2 = (BK_T)0.58778525229247312916870595463907;
   const BK_T x0r = xr[ix], x0i = xi[ix];
-  const BK_T a1r = xr[ix + xs] + xr[ix + 4 * xs], a1i = xi[ix + xs] + xi[ix + 4 * xs];
-  const BK_T b1r = xr[ix + xs] - xr[ix + 4 * xs], b1i = xi[ix + xs] - xi[ix + 4 * xs];
-  const BK_T a2r = xr[ix + 2 * xs] + xr[ix + 3 * xs], a2i = xi[ix + 2 * xs] + xi[ix + 3 * xs];
-  const BK_T b2r = xr[ix + 2 * xs] - xr[ix + 3 * xs], b2i = xi[ix + 2 * xs] - xi[ix + 3 * xs];
+  BK_FFT_PAIR(1, 1, 4);
+  BK_FFT_PAIR(2, 2, 3);
   const BK_T u1r = x0r + c1 * a1r + c2 * a2r, u1i = x0i + c1 * a1i + c2 * a2i;
   const BK_T u2r = x0r + c2 * a1r + c1 * a2r, u2i = x0i + c2 * a1i + c1 * a2i;
   /* v1 = s1 b1 + s2 b2, v2 = s2 b1 - s1 b2; outputs u -/+ i v. */
@@ -239,12 +244,9 @@ static BK_FFT_INLINE void BK_FN(bf7)(BK_FFT_ARGS, const BK_T *w) {
   const BK_T s2 = (BK_T)0.97492791218182360701813168299393;
   const BK_T s3 = (BK_T)0.43388373911755812047576833284836;
   const BK_T x0r = xr[ix], x0i = xi[ix];
-  const BK_T a1r = xr[ix + xs] + xr[ix + 6 * xs], a1i = xi[ix + xs] + xi[ix + 6 * xs];
-  const BK_T b1r = xr[ix + xs] - xr[ix + 6 * xs], b1i = xi[ix + xs] - xi[ix + 6 * xs];
-  const BK_T a2r = xr[ix + 2 * xs] + xr[ix + 5 * xs], a2i = xi[ix + 2 * xs] + xi[ix + 5 * xs];
-  const BK_T b2r = xr[ix + 2 * xs] - xr[ix + 5 * xs], b2i = xi[ix + 2 * xs] - xi[ix + 5 * xs];
-  const BK_T a3r = xr[ix + 3 * xs] + xr[ix + 4 * xs], a3i = xi[ix + 3 * xs] + xi[ix + 4 * xs];
-  const BK_T b3r = xr[ix + 3 * xs] - xr[ix + 4 * xs], b3i = xi[ix + 3 * xs] - xi[ix + 4 * xs];
+  BK_FFT_PAIR(1, 1, 6);
+  BK_FFT_PAIR(2, 2, 5);
+  BK_FFT_PAIR(3, 3, 4);
   const BK_T u1r = x0r + c1 * a1r + c2 * a2r + c3 * a3r, u1i = x0i + c1 * a1i + c2 * a2i + c3 * a3i;
   const BK_T u2r = x0r + c2 * a1r + c3 * a2r + c1 * a3r, u2i = x0i + c2 * a1i + c3 * a2i + c1 * a3i;
   const BK_T u3r = x0r + c3 * a1r + c1 * a2r + c2 * a3r, u3i = x0i + c3 * a1i + c1 * a2i + c2 * a3i;
@@ -802,4 +804,5 @@ static bk_status BK_FN(irfft_run)(bk_context *ctx, const BK_T *spec, BK_T *y, in
 #undef BK_FFT_ALLOC
 #undef BK_FFT_ARGS
 #undef BK_FFT_PUT
+#undef BK_FFT_PAIR
 #undef BK_FFT_STAGE_ARGS
