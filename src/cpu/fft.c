@@ -51,8 +51,13 @@
 #define FFT_MAX_FACTORS 64
 /* Largest prime radix of a direct transform (its stage buffers are on the stack). */
 #define FFT_MAX_PRIME 97
-/* Most transforms one thread runs side by side. */
+/* Most transforms one thread runs side by side; the fewest it runs while
+ * a batch has more (two vectors of float32, four of float64). */
 #define FFT_LANES 64
+#define FFT_LANES_MIN 8
+/* Groups of lanes per thread a batch is cut into at least, once a group
+ * has FFT_LANES_MIN lanes. */
+#define FFT_GROUPS_PER_THREAD 4
 /* Values of a row the moves between rows and lanes take at a time. */
 #define FFT_BLOCK 16
 

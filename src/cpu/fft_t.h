@@ -571,7 +571,9 @@ static bk_status BK_FN(job_make)(bk_context *ctx, const char *fn, int64_t n, int
    * has one more bin than the packed transform), then the Bluestein
    * scratch. As many lanes as keep a group's working set within half of a
    * core's own cache, at least one, at most FFT_LANES, and no more than
-   * give each thread a group. */
+   * give each thread a group; past FFT_LANES_MIN lanes, no more than give
+   * each thread FFT_GROUPS_PER_THREAD groups, so that the groups the threads
+   * take in turn end close together. */
   j->cap = j->m + 1;
   const int64_t lane = 4 * j->cap + (j->p->blue ? 4 * j->p->blue->m : 0);
   int threads = 1;
@@ -582,6 +584,8 @@ static bk_status BK_FN(job_make)(bk_context *ctx, const char *fn, int64_t n, int
   int64_t V = (int64_t)(bk__cpu_l2_bytes(ctx) / 2) / (lane * (int64_t)sizeof(BK_T));
   if (V > FFT_LANES) V = FFT_LANES;
   if (V > (batch + threads - 1) / threads) V = (batch + threads - 1) / threads;
+  const int64_t even = (batch + FFT_GROUPS_PER_THREAD * threads - 1) / (FFT_GROUPS_PER_THREAD * threads);
+  if (V > FFT_LANES_MIN && V > even) V = even > FFT_LANES_MIN ? even : FFT_LANES_MIN;
   /* Whole vectors of lanes: the inner loops then have no remainder. */
   if (V > 4) V -= V % 4;
   if (V < 1) V = 1;
