@@ -705,7 +705,10 @@ BK_API BK_NODISCARD bk_status bk_bmm_scaled(bk_context *ctx, const bk_buffer *A,
  * X[k] = sum_t x[t] e^{-2 pi i k t / n}, k = 0..n/2 (unnormalized). n >= 1
  * (any n, odd and prime included); n == 0 is BK_ERR_INVALID_ARGUMENT;
  * batch == 0 gives an empty result. The imaginary parts of bin 0 and, for
- * even n, bin n/2 are stored as exact +0. */
+ * even n, bin n/2 are stored as exact +0. On the CPU (all three transforms)
+ * float32 data are transformed in float32 arithmetic, twiddles computed in
+ * float64 and rounded once, and float64 data in float64; a row's result
+ * depends only on that row, bitwise the same for any batch and thread count. */
 BK_API BK_NODISCARD bk_status bk_rfft(bk_context *ctx, const bk_buffer *x, int64_t batch,
                                       int64_t n, bk_buffer **out);
 

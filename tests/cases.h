@@ -110,15 +110,15 @@ static bk_status c_irfft_u(bk_context *c, const case_inputs *i, bk_buffer **o) {
   return bk_irfft_unnormalized(c, i->in[0], 2, 10, &o[0]);
 }
 /* Paths a small geometry misses: Bluestein FFTs (a prime length above the
- * largest direct radix, 64), the sorted top-k path (rows above 64 columns,
+ * largest direct prime radix of the CPU backend, 97), the sorted top-k path (rows above 64 columns,
  * k above 64),
  * the ones fill of k >= cols, and a convolution over an empty input whose
  * result is the bias alone. */
 static bk_status c_rfft_blue(bk_context *c, const case_inputs *i, bk_buffer **o) {
-  return bk_rfft(c, i->in[0], 1, 67, &o[0]);
+  return bk_rfft(c, i->in[0], 1, 101, &o[0]);
 }
 static bk_status c_irfft_blue(bk_context *c, const case_inputs *i, bk_buffer **o) {
-  return bk_irfft(c, i->in[0], 1, 134, &o[0]);
+  return bk_irfft(c, i->in[0], 1, 202, &o[0]);
 }
 static bk_status c_topk_sorted(bk_context *c, const case_inputs *i, bk_buffer **o) {
   return bk_rows_topk_mask(c, i->in[0], 2, 70, 66, &o[0]);
@@ -180,8 +180,8 @@ static const prim_case prim_cases[] = {
     {"bmm", "bk_bmm", {24, 16}, c_bmm},
     {"bmm_scaled", "bk_bmm_scaled", {24, 16}, c_bmm_s},
     {"rfft", "bk_rfft", {24}, c_rfft},
-    {"rfft_bluestein", "bk_rfft", {67}, c_rfft_blue},
-    {"irfft_bluestein", "bk_irfft", {136}, c_irfft_blue},
+    {"rfft_bluestein", "bk_rfft", {101}, c_rfft_blue},
+    {"irfft_bluestein", "bk_irfft", {204}, c_irfft_blue},
     {"irfft", "bk_irfft", {24}, c_irfft},
     {"irfft_unnormalized", "bk_irfft_unnormalized", {24}, c_irfft_u},
     {"scan_diag", "bk_scan_diag", {6, 6, 24, 6}, c_scan},

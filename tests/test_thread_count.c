@@ -67,6 +67,8 @@ enum {
   T_BMM_S,
   T_RFFT,
   T_RFFT_BLUE,
+  T_RFFT_PRIMES,
+  T_IRFFT_MIXED,
   T_IRFFT,
   T_IRFFT_U,
   T_SCAN,
@@ -143,6 +145,10 @@ static bk_status run_case(int id, bk_context *c, bk_buffer *const *i, bk_buffer 
       return bk_rfft(c, i[0], 97, 1000, &o[0]);
     case T_RFFT_BLUE:
       return bk_rfft(c, i[0], 97, 1009, &o[0]);
+    case T_RFFT_PRIMES:
+      return bk_rfft(c, i[0], 3, 11 * 13, &o[0]);
+    case T_IRFFT_MIXED:
+      return bk_irfft(c, i[0], 3, 2 * 3 * 7 * 11 * 13, &o[0]);
     case T_IRFFT:
       return bk_irfft(c, i[0], 97, 1001, &o[0]);
     case T_IRFFT_U:
@@ -196,6 +202,10 @@ static const tcase tcases[] = {
     {"bmm_scaled", {5 * 41 * 37, 5 * 41 * 43}, T_BMM_S},
     {"rfft", {97 * 1000}, T_RFFT},
     {"rfft (Bluestein)", {97 * 1009}, T_RFFT_BLUE},
+    /* Three rows: one to three transforms side by side as the thread count
+     * changes, each generic prime radix with 1, 2, 3 and more sequences. */
+    {"rfft (prime radices)", {3 * 11 * 13}, T_RFFT_PRIMES},
+    {"irfft (radices 3, 7, 11, 13)", {3 * 2 * (3 * 7 * 11 * 13 + 1)}, T_IRFFT_MIXED},
     {"irfft", {97 * 501 * 2}, T_IRFFT},
     {"irfft_unnormalized", {97 * 501 * 2}, T_IRFFT_U},
     {"scan_diag", {S, S, T * S, S}, T_SCAN},

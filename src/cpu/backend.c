@@ -43,6 +43,7 @@ typedef struct cpu_cached {
 
 typedef struct cpu_ctx {
   size_t llc_bytes;   /* last-level cache: outputs above it stream */
+  size_t l2_bytes;    /* a core's own cache: what one thread's working set should fit */
   size_t pool_max;    /* bytes the pool may keep */
   pthread_mutex_t lock; /* the pool: buffers are released from any thread */
   size_t pool_bytes;
@@ -64,6 +65,8 @@ static bk_status cpu_context_init(bk_context *ctx, const char *fn, int index) {
   c->llc_bytes = sysconf_bytes(_SC_LEVEL3_CACHE_SIZE);
   if (!c->llc_bytes) c->llc_bytes = sysconf_bytes(_SC_LEVEL2_CACHE_SIZE);
   if (!c->llc_bytes) c->llc_bytes = (size_t)8 << 20;
+  c->l2_bytes = sysconf_bytes(_SC_LEVEL2_CACHE_SIZE);
+  if (!c->l2_bytes || c->l2_bytes > c->llc_bytes) c->l2_bytes = (size_t)256 << 10;
   /* An eighth of the physical memory, at most 4 GiB. */
   size_t phys = sysconf_bytes(_SC_PHYS_PAGES) * sysconf_bytes(_SC_PAGESIZE);
   c->pool_max = phys / 8 < ((size_t)4 << 30) ? phys / 8 : ((size_t)4 << 30);
@@ -85,6 +88,11 @@ static void cpu_context_fini(bk_context *ctx) {
 int bk__cpu_streams(const bk_context *ctx, size_t bytes) {
   const cpu_ctx *c = bk__ctx_impl(ctx);
   return c && bytes > c->llc_bytes;
+}
+
+size_t bk__cpu_l2_bytes(const bk_context *ctx) {
+  const cpu_ctx *c = bk__ctx_impl(ctx);
+  return c ? c->l2_bytes : (size_t)256 << 10;
 }
 
 void *bk__cpu_cache_get(bk_context *ctx, int kind, int64_t key) {

@@ -104,6 +104,10 @@ static inline int64_t bk_cpu_chunk(int64_t n, int64_t per_unit, int threads) {
  * context). */
 int bk__cpu_streams(const bk_context *ctx, size_t bytes);
 
+/* Bytes of the cache private to one core of ctx's machine (the level-2
+ * cache, read once per context; 256 KiB where the system does not say). */
+size_t bk__cpu_l2_bytes(const bk_context *ctx);
+
 /* The context's cache of objects a kernel builds once per geometry (FFT
  * plans), keyed by (kind, key); thread-safe. get returns the object or
  * NULL. put hands obj to the cache, to be released with free_fn when the

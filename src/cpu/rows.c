@@ -71,8 +71,9 @@ bk_status bk__cpu_rows_first_max_mask(bk_context *ctx, bk_dtype dt, const void *
  * Entry i is kept iff fewer than k entries beat it, where j beats i when
  * x_j > x_i, or when neither is greater and j < i.
  *
- * Short rows count beaters directly (the definition itself). Long rows use
- * an equivalent O(cols log cols) form. Among the non-NaN entries, "beats" is
+ * A small k keeps the k best in one pass; otherwise short rows count
+ * beaters directly (the definition itself) and long rows use an equivalent
+ * O(cols log cols) form. Among the non-NaN entries, "beats" is
  * the strict total order (value descending, index ascending), so the number
  * of non-NaN entries beating i is i's position in that sorted order. A NaN
  * is neither greater nor smaller than anything, so it ties with every entry
@@ -159,7 +160,7 @@ static void topk_row_sorted(bk_dtype dt, const void *x, void *y, int64_t base, i
     bk_st(dt, y, base + sorted[pos].i, pos + sorted[pos].nan_before < k ? 1.0 : 0.0);
 }
 
-/* Long rows with a small k: one pass keeps the k best numbers in the strict
+/* A small k: one pass keeps the k best numbers in the strict
  * order (value descending, index ascending) in a sorted buffer on the
  * stack. Only an entry at sorted position below k can have pos +
  * nan_before < k, so the buffer holds every number the mask keeps; a NaN is
@@ -201,14 +202,21 @@ bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, vo
   if (rows * cols >= BK_CPU_PARALLEL_MIN / per_entry) threads = omp_get_max_threads();
   if (threads > rows) threads = (int)rows;
 #endif
+  /* A small k keeps the k best in one pass at any row length (about one
+   * comparison per entry); rows in chunks, so short rows do not pay a
+   * scheduling step each. */
+  if (k >= 1 && k <= TOPK_SELECT_MAX && k < cols) {
+    const int64_t chunk = bk_cpu_chunk(rows, cols, threads);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+      const int64_t r1 = rows - r0 < chunk ? rows : r0 + chunk;
+      for (int64_t r = r0; r < r1; r++) topk_row_select(dt, x, y, r * cols, cols, k);
+    }
+    return BK_OK;
+  }
   if (cols <= TOPK_DIRECT_MAX) {
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
     for (int64_t r = 0; r < rows; r++) topk_row_direct(dt, x, y, r * cols, cols, k);
-    return BK_OK;
-  }
-  if (k >= 1 && k <= TOPK_SELECT_MAX && k < cols) {
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-    for (int64_t r = 0; r < rows; r++) topk_row_select(dt, x, y, r * cols, cols, k);
     return BK_OK;
   }
 
