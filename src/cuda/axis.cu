@@ -280,6 +280,21 @@ static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_t
   }
 }
 
+/* The softmax's last step over the tile: y = tile * colinv, column by column. */
+template <int VEC, typename T>
+static __device__ __forceinline__ void ax_scale_out(const ax_plan &p, const ax_tile &t,
+                                                    const T *tile, const T *colinv, T *y) {
+  ax_tile_each<VEC>(
+      p, t,
+      [&](int e, int64_t goff, int c0) {
+        T v[VEC];
+#pragma unroll
+        for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[c0 + j];
+        bk_vstore_cs<VEC>(y + goff, v);
+      },
+      [&](int r) -> int64_t { return (int64_t)r * p.inner; });
+}
+
 /* ---- kernels ---------------------------------------------------------------------- */
 
 struct ax_short {
@@ -522,15 +537,7 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
         }
         /* Every block has read the others' statistics before any moves on. */
         cluster.sync();
-        ax_tile_each<VEC>(
-            p, t,
-            [&](int e, int64_t goff, int c0) {
-              T v[VEC];
-#pragma unroll
-              for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[c0 + j];
-              bk_vstore_cs<VEC>(y + goff, v);
-            },
-            [&](int r) -> int64_t { return (int64_t)r * p.inner; });
+        ax_scale_out<VEC>(p, t, tile, colinv, y);
       } else if (p.nch > 1) {
         if (fon) {
           part[(int64_t)t.k * p.R + res] = (double)colm[tid];
@@ -539,15 +546,7 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
       } else {
         if (tid < nq) colinv[tid] = (T)(1.0 / S);
         __syncthreads();
-        ax_tile_each<VEC>(
-            p, t,
-            [&](int e, int64_t goff, int c0) {
-              T v[VEC];
-#pragma unroll
-              for (int j = 0; j < VEC; j++) v[j] = tile[e + j] * colinv[c0 + j];
-              bk_vstore_cs<VEC>(y + goff, v);
-            },
-            [&](int r) -> int64_t { return (int64_t)r * p.inner; });
+        ax_scale_out<VEC>(p, t, tile, colinv, y);
       }
     }
     /* The next tile's copies overwrite what this one still reads. */
