@@ -580,26 +580,39 @@ static void op_conv(reader *r, pool *pl) {
     d[i] = dim_arg(r);
 
   /* The expected output, per the header; -1 where a rule rejects or a size
-   * overflows. */
-  int valid = s == sr && in_rank == ex + 1 + sr && groups > 0 && cin % groups == 0 &&
-              cout % groups == 0 && kd[1] == cin && cin >= 0 && cout >= 0;
-  int64_t outv = 1, kvol = 1;
+   * overflows. The header takes any input_rank in [spatial_rank + 1,
+   * BK_MAX_RANK]: the channel axis is input_rank - spatial_rank - 1 and the
+   * axes before it fold into N, so a rank other than the one built above is
+   * valid too when its dims are, with C_in and the spatial extents read where
+   * that rank puts them. */
+  int valid = s == sr && in_rank >= sr + 1 && in_rank <= BK_MAX_RANK && groups > 0;
+  const int ch = valid ? in_rank - sr - 1 : 0;
+  int64_t nb = -1, in_len = -1, cin_at = -1, od[5] = {0, cout, 0, 0, 0};
+  if (valid) {
+    in_len = prod(d, in_rank);
+    nb = prod(d, ch);
+    cin_at = d[ch];
+    valid = in_len >= 0 && nb >= 0 && prod(kd, sr + 2) >= 0 && cin_at % groups == 0 &&
+            cout % groups == 0 && kd[1] == cin_at;
+  }
+  int64_t kvol = 1;
   for (int a = 0; a < sr && valid; a++) {
-    int64_t in = d[ex + 1 + a], k = kd[2 + a];
+    int64_t in = d[ch + 1 + a], k = kd[2 + a];
     valid = in >= 0 && k > 0 && st_[a] > 0 && dil[a] > 0 && pb[a] >= 0 && pa[a] >= 0;
     if (!valid) break;
     int64_t padded = add(add(in, pb[a]), pa[a]), eff = add(mul(k - 1, dil[a]), 1);
     valid = padded >= 0 && eff >= 0;
     if (!valid) break;
-    outv = mul(outv, padded < eff ? 0 : add((padded - eff) / st_[a], 1));
+    od[2 + a] = padded < eff ? 0 : add((padded - eff) / st_[a], 1);
     kvol = mul(kvol, k);
   }
-  int64_t nb = prod(d, ex), in_len = prod(d, in_rank < 0 ? 0 : in_rank > DIMS_CAP ? DIMS_CAP : in_rank);
-  int64_t want = valid ? mul(mul(nb, cout), outv) : -1;
+  od[0] = nb;
+  if (!valid) in_len = prod(d, in_rank < 0 ? 0 : in_rank > DIMS_CAP ? DIMS_CAP : in_rank);
+  int64_t want = valid ? prod(od, sr + 2) : -1;
   int64_t klen = prod(kd, sr + 2);
   if (valid && want < 0) valid = 0;
   /* A valid call whose result or work is too large is not made. */
-  if (valid && (!small(want) || (double)want * (double)(cin / groups) * (double)kvol > WORK_MAX))
+  if (valid && (!small(want) || (double)want * (double)(cin_at / groups) * (double)kvol > WORK_MAX))
     return;
   bk_buffer *x = input(r, pl, in_len), *w = input(r, pl, klen);
   bk_buffer *bias = (u8(r) & 1) ? input(r, pl, cout) : NULL;
