@@ -20,7 +20,7 @@
 
 /* Geometry shared by the cases: (R, C) rows, a rank-3 tensor D3, scans of
  * T steps and S states, FFT lengths of every path. */
-enum { R = 389, C = 263, T = 331, S = 301, K = 700 };
+enum { R = 389, C = 263, T = 331, S = 301, K = 700, SW = 2053 };
 static const int64_t D3[3] = {7, 131, 113};
 
 #define NIN 6
@@ -75,6 +75,7 @@ enum {
   T_SCAN_B,
   T_SCAN_V,
   T_SCAN_VB,
+  T_SCAN_WIDE,
   T_GATHER,
   T_SCATTER,
 };
@@ -163,6 +164,8 @@ static bk_status run_case(int id, bk_context *c, bk_buffer *const *i, bk_buffer 
     case T_SCAN_VB:
       return bk_scan_diag_var_backward(c, i[0], i[1], i[2], i[3], i[4], i[5], T, S, &o[0], &o[1],
                                      &o[2], &o[3]);
+    case T_SCAN_WIDE:
+      return bk_scan_diag_var(c, i[0], i[1], i[2], i[3], 5, SW, &o[0]);
     case T_GATHER:
       return bk_rows_gather(c, i[0], R, C, tc_idx, K, &o[0]);
     case T_SCATTER:
@@ -212,6 +215,9 @@ static const tcase tcases[] = {
     {"scan_diag_backward", {S, S, T * S, S, T * S, T * S}, T_SCAN_B},
     {"scan_diag_var", {T * S, T * S, T * S, S}, T_SCAN_V},
     {"scan_diag_var_backward", {T * S, T * S, T * S, S, T * S, T * S}, T_SCAN_VB},
+    /* Wide enough that the output streams at 1 and 2 threads (blocks of
+     * 2 KiB and more per row) and not at 8. */
+    {"scan_diag_var (wide rows)", {5 * SW, 5 * SW, 5 * SW, SW}, T_SCAN_WIDE},
     {"rows_gather", {R * C}, T_GATHER},
     {"rows_scatter_add", {R * C, K * C}, T_SCATTER},
 };
