@@ -44,6 +44,9 @@ enum {
   T_XENT_W,
   T_XENT_T,
   T_XENT_TG,
+  T_XENT_W_NARROW,
+  T_XENT_T_NARROW,
+  T_XENT_TG_NARROW,
   T_CONV,
   T_ROWS_SUM,
   T_ROWS_MAX,
@@ -100,6 +103,12 @@ static bk_status run_case(int id, bk_context *c, bk_buffer *const *i, bk_buffer 
       return bk_xent_teacher(c, i[0], i[1], R, C, 0, &o[0]);
     case T_XENT_TG:
       return bk_xent_teacher(c, i[0], i[1], R, C, 1, &o[0]);
+    case T_XENT_W_NARROW:
+      return bk_xent_weighted_mean(c, i[0], i[1], R * C / 3, 3, &o[0]);
+    case T_XENT_T_NARROW:
+      return bk_xent_teacher(c, i[0], i[1], R * C / 5, 5, 0, &o[0]);
+    case T_XENT_TG_NARROW:
+      return bk_xent_teacher(c, i[0], i[1], R * C / 5, 5, 1, &o[0]);
     case T_CONV:
       return bk_conv(c, i[0], i[1], i[2], in_dims, 3, k_dims, 1, stride, pb, pa, dil, 2, &o[0]);
     case T_ROWS_SUM:
@@ -182,6 +191,9 @@ static const tcase tcases[] = {
     {"xent_weighted_mean", {R * C, R * C}, T_XENT_W},
     {"xent_teacher", {R * C, R * C}, T_XENT_T},
     {"xent_teacher gradient", {R * C, R * C}, T_XENT_TG},
+    {"xent_weighted_mean (3 columns)", {R * C / 3 * 3, R * C / 3 * 3}, T_XENT_W_NARROW},
+    {"xent_teacher (5 columns)", {R * C / 5 * 5, R * C / 5 * 5}, T_XENT_T_NARROW},
+    {"xent_teacher gradient (5 columns)", {R * C / 5 * 5, R * C / 5 * 5}, T_XENT_TG_NARROW},
     {"conv", {9 * 8 * 1500, 8 * 8 * 5, 8}, T_CONV},
     {"rows_sum", {R * C}, T_ROWS_SUM},
     {"rows_max", {R * C}, T_ROWS_MAX},

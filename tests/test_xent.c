@@ -162,7 +162,8 @@ static void weighted_recompute(void) {
 }
 
 static void weighted_random(void) {
-  static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {17, 100}, {64, 33}, {4, 5000}, {300, 200}};
+  static const int64_t shapes[][2] = {{1, 1},   {3, 7},     {37, 2},    {50, 15},
+                                      {17, 100}, {64, 33}, {4, 5000}, {300, 200}};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -343,7 +344,8 @@ static void teacher_check(bk_dtype dt, double *S, double *T, int64_t rows, int64
 }
 
 static void teacher_random(void) {
-  static const int64_t shapes[][2] = {{1, 1}, {3, 7}, {17, 100}, {64, 33}, {4, 5000}, {300, 200}};
+  static const int64_t shapes[][2] = {{1, 1},   {3, 7},     {37, 2},    {50, 15},
+                                      {17, 100}, {64, 33}, {4, 5000}, {300, 200}};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

@@ -10,6 +10,8 @@
  * chunk of rows at a time) and the rows are then summed in index order on one thread,
  * so the loss is bitwise identical for every thread count. The gradient is
  * written once per element, streaming when it is larger than the cache.
+ * Rows narrower than BK_LANES go BK_LANES at a time, one per vector lane
+ * (xent_t.h).
  */
 #include "cpu.h"
 
@@ -73,6 +75,13 @@ bk_status bk__cpu_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *l
   atomic_llong next = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1)
   for (int64_t r0, r1; bk_cpu_take(&next, rows, chunk, &r0, &r1);) {
+    if (cols > 0 && cols < BK_LANES) {
+      if (dt == BK_F32)
+        weighted_narrow_f32(logits, w, part, r0, r1, cols);
+      else
+        weighted_narrow_f64(logits, w, part, r0, r1, cols);
+      continue;
+    }
     for (int64_t r = r0; r < r1; r++)
       part[r] = dt == BK_F32 ? weighted_row_f32((const float *)logits + r * cols,
                                                 (const float *)w + r * cols, cols)
@@ -104,6 +113,13 @@ bk_status bk__cpu_xent_teacher(bk_context *ctx, bk_dtype dt, const void *S, cons
     {
       void *e = scratch ? scratch + (size_t)bk_cpu_thread() * per_bytes : NULL;
       for (int64_t r0, r1; bk_cpu_take(&next, rows, chunk, &r0, &r1);) {
+        if (cols > 0 && cols < BK_LANES) {
+          if (dt == BK_F32)
+            teacher_grad_narrow_f32(S, T, y, r0, r1, cols, (double)rows, stream);
+          else
+            teacher_grad_narrow_f64(S, T, y, r0, r1, cols, (double)rows, stream);
+          continue;
+        }
         if (dt == BK_F32)
           teacher_grad_block_f32(S, T, y, r0, r1, cols, (double)rows, e, stream);
         else
@@ -121,12 +137,20 @@ bk_status bk__cpu_xent_teacher(bk_context *ctx, bk_dtype dt, const void *S, cons
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     void *e = scratch ? scratch + (size_t)bk_cpu_thread() * per_bytes : NULL;
-    for (int64_t r0, r1; bk_cpu_take(&next, rows, chunk, &r0, &r1);)
+    for (int64_t r0, r1; bk_cpu_take(&next, rows, chunk, &r0, &r1);) {
+      if (cols > 0 && cols < BK_LANES) {
+        if (dt == BK_F32)
+          teacher_loss_narrow_f32(S, T, part, r0, r1, cols);
+        else
+          teacher_loss_narrow_f64(S, T, part, r0, r1, cols);
+        continue;
+      }
       for (int64_t r = r0; r < r1; r++)
         part[r] = dt == BK_F32
                       ? teacher_loss_row_f32((const float *)S + r * cols, (const float *)T + r * cols, e, cols)
                       : teacher_loss_row_f64((const double *)S + r * cols, (const double *)T + r * cols, e,
                                              cols);
+    }
   }
   store_mean(dt, y, part, rows);
   bk__host_free(part);

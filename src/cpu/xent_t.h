@@ -77,3 +77,107 @@ static BK_CPU_CLONES void BK_FN(teacher_grad_block)(const BK_T *S, const BK_T *T
   }
   bk_put_fence(stream);
 }
+
+/* ---- narrow rows: BK_LANES rows at a time, one per lane (typed_t.h) ---------- */
+
+/*
+ * Rows narrower than BK_LANES run BK_LANES at a time, transposed into tiles
+ * (element j of row l at j * BK_LANES + l), every loop across the rows. Per
+ * row: the maximum ignoring NaN, the exponentials in the data's type as on
+ * the wide path, their sum in float64 in index order, each row's terms
+ * folded in index order. Lanes past the last row hold zeros and are
+ * dropped.
+ */
+
+/* Per lane: t = exp(t - m) with m the lane's maximum, z = their float64 sum. */
+static inline void BK_FN(nk_exp_sum)(BK_T *restrict t, int64_t n, BK_T *restrict m,
+                                     double *restrict z) {
+  BK_FN(nk_max)(t, n, m);
+  for (int l = 0; l < BK_LANES; l++) z[l] = 0.0;
+  for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+    for (int l = 0; l < BK_LANES; l++) {
+      const BK_T e = BK_FN(bk_expn)(t[j * BK_LANES + l] - m[l]);
+      t[j * BK_LANES + l] = e;
+      z[l] += (double)e;
+    }
+  }
+}
+
+/* part[r] for rows r0..r1 of the weighted cross-entropy, 0 < n < BK_LANES. */
+static BK_CPU_CLONES void BK_FN(weighted_narrow)(const BK_T *x, const BK_T *w, double *part,
+                                                 int64_t r0, int64_t r1, int64_t n) {
+  BK_T tx[BK_LANES * BK_LANES], tw[BK_LANES * BK_LANES], te[BK_LANES * BK_LANES], m[BK_LANES];
+  double z[BK_LANES], lse[BK_LANES], s[BK_LANES];
+  for (int64_t r = r0; r < r1; r += BK_LANES) {
+    const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+    BK_FN(nk_in)(x + r * n, n, nr, tx, 0);
+    BK_FN(nk_in)(w + r * n, n, nr, tw, 0);
+    memcpy(te, tx, (size_t)(n * BK_LANES) * sizeof(BK_T));
+    BK_FN(nk_exp_sum)(te, n, m, z);
+    for (int l = 0; l < BK_LANES; l++) {
+      lse[l] = (double)m[l] + log(z[l]);
+      s[l] = 0.0;
+    }
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++)
+        s[l] += xent_term(tw[j * BK_LANES + l], tx[j * BK_LANES + l], lse[l]);
+    }
+    for (int64_t l = 0; l < nr; l++) part[r + l] = s[l];
+  }
+}
+
+/* part[r] for rows r0..r1 of the teacher loss, 0 < n < BK_LANES. */
+static BK_CPU_CLONES void BK_FN(teacher_loss_narrow)(const BK_T *S, const BK_T *T, double *part,
+                                                     int64_t r0, int64_t r1, int64_t n) {
+  BK_T ts[BK_LANES * BK_LANES], tt[BK_LANES * BK_LANES], te[BK_LANES * BK_LANES];
+  BK_T ms[BK_LANES], mt[BK_LANES];
+  double zs[BK_LANES], zt[BK_LANES], inv[BK_LANES], s[BK_LANES];
+  for (int64_t r = r0; r < r1; r += BK_LANES) {
+    const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+    BK_FN(nk_in)(S + r * n, n, nr, ts, 0);
+    BK_FN(nk_in)(T + r * n, n, nr, tt, 0);
+    memcpy(te, ts, (size_t)(n * BK_LANES) * sizeof(BK_T));
+    BK_FN(nk_exp_sum)(te, n, ms, zs);
+    BK_FN(nk_exp_sum)(tt, n, mt, zt);
+    for (int l = 0; l < BK_LANES; l++) {
+      inv[l] = 1.0 / zt[l];
+      s[l] = 0.0;
+    }
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++)
+        s[l] += mul0((double)tt[j * BK_LANES + l] * inv[l],
+                     (double)ts[j * BK_LANES + l] - (double)ms[l]);
+    }
+    for (int64_t l = 0; l < nr; l++) part[r + l] = log(zs[l]) - s[l];
+  }
+}
+
+/* Rows r0..r1 of the teacher gradient, 0 < n < BK_LANES. */
+static BK_CPU_CLONES void BK_FN(teacher_grad_narrow)(const BK_T *S, const BK_T *T, BK_T *g,
+                                                     int64_t r0, int64_t r1, int64_t n,
+                                                     double rows, int stream) {
+  BK_T ts[BK_LANES * BK_LANES], tt[BK_LANES * BK_LANES], ms[BK_LANES], mt[BK_LANES];
+  double zs[BK_LANES], zt[BK_LANES], fs[BK_LANES], ft[BK_LANES];
+  for (int64_t r = r0; r < r1; r += BK_LANES) {
+    const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
+    BK_FN(nk_in)(S + r * n, n, nr, ts, 0);
+    BK_FN(nk_in)(T + r * n, n, nr, tt, 0);
+    BK_FN(nk_exp_sum)(ts, n, ms, zs);
+    BK_FN(nk_exp_sum)(tt, n, mt, zt);
+    for (int l = 0; l < BK_LANES; l++) {
+      fs[l] = 1.0 / zs[l] / rows;
+      ft[l] = 1.0 / zt[l] / rows;
+    }
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++)
+        ts[j * BK_LANES + l] =
+            (BK_T)((double)ts[j * BK_LANES + l] * fs[l] - (double)tt[j * BK_LANES + l] * ft[l]);
+    }
+    BK_FN(nk_out)(ts, n, nr, g + r * n, stream);
+  }
+  bk_put_fence(stream);
+}
