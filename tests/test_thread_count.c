@@ -36,6 +36,8 @@ static uint64_t tc_idx[K];
 
 static const int64_t tb_in[3] = {1, 131, 113}, tb_out[4] = {3, 7, 131, 113},
                      tb_map[4] = {0, 1, 2, 3};
+/* A last axis of 5: blocks of the last axes, 2620 elements each. */
+static const int64_t ts_in[3] = {131, 1, 5}, ts_out[4] = {3, 131, 4, 5}, ts_map[4] = {0, 1, 2, 3};
 
 enum {
   T_SOFTMAX_LAST,
@@ -59,6 +61,7 @@ enum {
   T_SLICE,
   T_BCOL,
   T_BTO,
+  T_BTO_SHORT,
   T_BADJ,
   T_SWAP,
   T_SUM_AXIS,
@@ -133,6 +136,8 @@ static bk_status run_case(int id, bk_context *c, bk_buffer *const *i, bk_buffer 
       return bk_broadcast_col(c, i[0], R, C, &o[0]);
     case T_BTO:
       return bk_broadcast_to(c, i[0], tb_in, 3, tb_out, 4, tb_map, &o[0]);
+    case T_BTO_SHORT:
+      return bk_broadcast_to(c, i[0], ts_in, 3, ts_out, 4, ts_map, &o[0]);
     case T_BADJ:
       return bk_broadcast_to_adjoint(c, i[0], tb_in, 3, tb_out, 4, tb_map, &o[0]);
     case T_SWAP:
@@ -206,6 +211,7 @@ static const tcase tcases[] = {
     {"vec_slice", {R * C}, T_SLICE},
     {"broadcast_col", {R}, T_BCOL},
     {"broadcast_to", {131 * 113}, T_BTO},
+    {"broadcast_to (short last axis)", {131 * 5}, T_BTO_SHORT},
     {"broadcast_to_adjoint", {3 * 7 * 131 * 113}, T_BADJ},
     {"swap_adjacent", {7 * 131 * 113}, T_SWAP},
     {"sum_axis", {7 * 131 * 113}, T_SUM_AXIS},

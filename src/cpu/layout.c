@@ -50,6 +50,29 @@ bk_status bk__cpu_broadcast_col(bk_context *ctx, bk_dtype dt, const void *vec, v
 
 /* ---- broadcast_to ------------------------------------------------------------- */
 
+/* dst[0..n) = src[0], src[sl], src[2 sl], ... as words of type W. */
+#define BK_BCAST_RUN(W, dst, src, n, sl)                                      \
+  do {                                                                        \
+    W *restrict d_ = (W *)(dst);                                              \
+    const W *restrict s_ = (const W *)(src);                                  \
+    if ((sl) == 0) {                                                          \
+      const W v_ = s_[0];                                                     \
+      _Pragma("omp simd") for (int64_t t_ = 0; t_ < (n); t_++) d_[t_] = v_;   \
+    } else if ((sl) == 1) {                                                   \
+      _Pragma("omp simd") for (int64_t t_ = 0; t_ < (n); t_++) d_[t_] = s_[t_]; \
+    } else {                                                                  \
+      for (int64_t t_ = 0; t_ < (n); t_++) d_[t_] = s_[t_ * (sl)];            \
+    }                                                                         \
+  } while (0)
+
+static void bcast_run(size_t es, void *y, int64_t o, const void *x, int64_t off, int64_t n,
+                      int64_t sl) {
+  if (es == 4)
+    BK_BCAST_RUN(uint32_t, (uint32_t *)y + o, (const uint32_t *)x + off, n, sl);
+  else
+    BK_BCAST_RUN(uint64_t, (uint64_t *)y + o, (const uint64_t *)x + off, n, sl);
+}
+
 /*
  * Writes output elements [begin, end) of a broadcast: decomposes begin into
  * output coordinates once, then walks an odometer, copying one run along the
@@ -71,7 +94,7 @@ static void bcast_range(size_t es, const void *x, void *y, const bk_bcast_geom *
   while (o < end) {
     int64_t n = dl - c[r - 1];
     if (n > end - o) n = end - o;
-    for (int64_t t = 0; t < n; t++) BK_LAYOUT_COPY(es, y, o + t, x, off + t * sl);
+    bcast_run(es, y, o, x, off, n, sl);
     o += n;
     off += n * sl;
     c[r - 1] += n;
@@ -87,15 +110,111 @@ static void bcast_range(size_t es, const void *x, void *y, const bk_bcast_geom *
   }
 }
 
+/* Runs along the last axis shorter than this go through blocks of the last
+ * axes, of at most BK_BCAST_BLOCK elements. */
+#define BK_BCAST_SHORT 64
+#define BK_BCAST_BLOCK 4096
+
+/* dst[0..bytes) = src[0..bytes) with streaming stores where dst is 16-byte
+ * aligned (vec.h's fence ends the region). */
+static void bk_stream_bytes(char *restrict dst, const void *restrict src_, int64_t bytes) {
+  const char *restrict src = (const char *)src_;
+  int64_t i = 0;
+#if defined(__SSE2__)
+  for (; i < bytes && ((uintptr_t)(dst + i) & 15) != 0; i += 4) memcpy(dst + i, src + i, 4);
+  for (; i + 16 <= bytes; i += 16)
+    _mm_stream_si128((__m128i *)(void *)(dst + i), _mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+#endif
+  if (i < bytes) memcpy(dst + i, src + i, (size_t)(bytes - i));
+}
+
+/*
+ * Writes blocks [b0, b1) of a broadcast whose last axis is short: a block is
+ * the last k output axes (blk elements), and tab[e] is the input offset of
+ * its element e relative to the block's first. The odometer steps once per
+ * block over the axes before them; within a block every element is one
+ * table-driven load, so runs of a few elements cost little.
+ */
+#define BK_BCAST_BLOCKS(W)                                                   \
+  do {                                                                       \
+    W *restrict tile = (W *)tile_;                                           \
+    for (int64_t q = b0; q < b1; q++) {                                      \
+      const W *restrict src = (const W *)x + off;                            \
+      W *restrict dst = stream ? tile : (W *)y + q * blk;                    \
+      for (int64_t e = 0; e < blk; e++) dst[e] = src[tab[e]];                \
+      if (stream) bk_stream_bytes((char *)y + q * blk * (int64_t)sizeof(W), tile, blk * (int64_t)sizeof(W)); \
+      for (int j = lead - 1; j >= 0; j--) {                                  \
+        off += S[j];                                                         \
+        if (++c[j] < D[j]) break;                                            \
+        off -= D[j] * S[j];                                                  \
+        c[j] = 0;                                                            \
+      }                                                                      \
+    }                                                                        \
+  } while (0)
+
+static void bcast_blocks(size_t es, const void *x, void *y, const bk_bcast_geom *g, int lead,
+                         int64_t blk, const int64_t *restrict tab, int64_t b0, int64_t b1,
+                         int stream) {
+  const int64_t *D = g->out_dims, *S = g->in_stride;
+  uint64_t tile_[BK_BCAST_BLOCK];
+  int64_t c[BK_MAX_RANK];
+  int64_t rem = b0, off = 0;
+  for (int j = lead - 1; j >= 0; j--) {
+    c[j] = rem % D[j];
+    rem /= D[j];
+    off += c[j] * S[j];
+  }
+  if (es == 4)
+    BK_BCAST_BLOCKS(uint32_t);
+  else
+    BK_BCAST_BLOCKS(uint64_t);
+}
+
+
 bk_status bk__cpu_broadcast_to(bk_context *ctx, bk_dtype dt, const void *x, void *y,
                                const bk_bcast_geom *g) {
-  (void)ctx;
   size_t es = bk__dtype_size(dt);
   if (g->rank == 0) {
     BK_LAYOUT_COPY(es, y, 0, x, 0);
     return BK_OK;
   }
   const int64_t total = g->out_length;
+  const int r = g->rank;
+  if (g->out_dims[r - 1] < BK_BCAST_SHORT) {
+    /* The block: as many trailing axes as fit BK_BCAST_BLOCK elements. */
+    int lead = r;
+    int64_t blk = 1;
+    while (lead > 0 && blk * g->out_dims[lead - 1] <= BK_BCAST_BLOCK) blk *= g->out_dims[--lead];
+    if (lead < r - 1 || (lead == r - 1 && blk >= BK_BCAST_SHORT)) {
+      int64_t *tab = bk__host_alloc("bk_broadcast_to", "scratch", (size_t)blk, sizeof *tab);
+      if (!tab) return BK_ERR_OUT_OF_MEMORY;
+      /* tab[e] = sum over the block's axes of coordinate * stride. */
+      int64_t c[BK_MAX_RANK] = {0}, off = 0;
+      for (int64_t e = 0; e < blk; e++) {
+        tab[e] = off;
+        for (int j = r - 1; j >= lead; j--) {
+          off += g->in_stride[j];
+          if (++c[j] < g->out_dims[j]) break;
+          off -= g->out_dims[j] * g->in_stride[j];
+          c[j] = 0;
+        }
+      }
+      const int64_t blocks = total / blk, per = (BK_LAYOUT_CHUNK + blk - 1) / blk;
+      const int64_t items = (blocks + per - 1) / per;
+      const int stream = bk__cpu_streams(ctx, (size_t)total * es);
+#pragma omp parallel if (items > 1)
+      {
+#pragma omp for schedule(static)
+        for (int64_t it = 0; it < items; it++) {
+          const int64_t b0 = it * per, b1 = blocks - b0 < per ? blocks : b0 + per;
+          bcast_blocks(es, x, y, g, lead, blk, tab, b0, b1, stream);
+        }
+        bk_put_fence(stream);
+      }
+      bk__host_free(tab);
+      return BK_OK;
+    }
+  }
   const int64_t chunks = (total + BK_LAYOUT_CHUNK - 1) / BK_LAYOUT_CHUNK;
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t ch = 0; ch < chunks; ch++) {

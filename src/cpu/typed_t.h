@@ -176,12 +176,25 @@ static inline double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
     for (int64_t j = 0; j < n; j++) s += (double)x[j];
     return s;
   }
-  double lane[BK_LANES] = {0};
+  /* Partials 4q..4q+3 in a[q]: held in registers, where an array of 16
+   * partials went through memory on every group. */
+  bk_v4d a[4] = {{0}};
   int64_t j = 0;
   for (; j + BK_LANES <= n; j += BK_LANES) {
-#pragma omp simd
-    for (int l = 0; l < BK_LANES; l++) lane[l] += (double)x[j + l];
+    for (int q = 0; q < 4; q++) {
+#if BK_T_F32
+      bk_v4f v;
+      memcpy(&v, x + j + 4 * q, sizeof v);
+      a[q] += __builtin_convertvector(v, bk_v4d);
+#else
+      bk_v4d v;
+      memcpy(&v, x + j + 4 * q, sizeof v);
+      a[q] += v;
+#endif
+    }
   }
+  double lane[BK_LANES];
+  memcpy(lane, a, sizeof lane);
   for (int l = 0; j < n; j++, l++) lane[l] += (double)x[j];
   return bk_fold64(lane);
 }
