@@ -68,11 +68,13 @@
  *    threads: the work is cut into units (rows, tiles, fixed blocks of rows)
  *    whose results do not depend on how they are shared out, and every sum
  *    has a layout fixed by the geometry alone. The exception is the products
- *    of bk_bmm and bk_bmm_scaled in a build with OpenBLAS: they are as
- *    repeatable across thread counts as OpenBLAS is, which may split a dot
- *    product differently for different thread counts. Code paths chosen at
- *    run time for the processor (AVX2 or baseline x86-64) compute the same
- *    operations in the same order and give the same bits.
+ *    of bk_bmm and bk_bmm_scaled, and the convolutions bk_conv computes as
+ *    matrix products, in a build with OpenBLAS: they are as repeatable
+ *    across thread counts as OpenBLAS is, which may split a dot product
+ *    differently for different thread counts (and computes it differently
+ *    on processors of different kinds). Code paths chosen at run time for the
+ *    processor (AVX2 or baseline x86-64) in bufkern's own kernels compute the
+ *    same operations in the same order and give the same bits.
  *  - Zero-length buffers are valid everywhere and hold no device memory.
  *
  * Thread safety: a context is used by one thread at a time; buffers may be
@@ -476,7 +478,11 @@ BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *
  * An input with no elements (C_in == 0 or a zero input extent) but a
  * nonempty output gives bias broadcast over (N, C_out, out...), or zeros
  * without a bias. The product of the batch axes is checked for overflow even
- * when another extent is 0. float32 data accumulates in float64 on the CPU;
+ * when another extent is 0. float32 data accumulates in float64 on the CPU
+ * (in a build with OpenBLAS, a convolution of at least 2^20 multiply-adds
+ * with 4 or more output channels and 16 or more (input channel, tap) pairs
+ * per group is one float64 product per batch and group, cblas_dgemm over
+ * the group's kernel block and the input columns its taps read);
  * on CUDA it accumulates in float32 (cuDNN in FMA math, never TF32,
  * deterministic algorithms only), and depthwise 1-D convolutions
  * (groups == C_in) use a direct kernel.

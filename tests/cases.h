@@ -49,6 +49,14 @@ static bk_status c_conv(bk_context *c, const case_inputs *i, bk_buffer **o) {
   return bk_conv(c, i->in[0], i->in[1], i->in[2], in_dims, 3, k_dims, 1, stride, pb, pa, dil, 2,
                  &o[0]);
 }
+/* Enough work (1.3M multiply-adds, 4 output channels and 20 (channel, tap)
+ * pairs per group) for the CPU backend's matrix-product form. */
+static bk_status c_conv_large(bk_context *c, const case_inputs *i, bk_buffer **o) {
+  static const int64_t in_dims[3] = {1, 8, 8192}, k_dims[3] = {8, 8, 5};
+  static const int64_t stride[1] = {1}, pb[1] = {2}, pa[1] = {2}, dil[1] = {1};
+  return bk_conv(c, i->in[0], i->in[1], i->in[2], in_dims, 3, k_dims, 1, stride, pb, pa, dil, 2,
+                 &o[0]);
+}
 static bk_status c_rows_sum(bk_context *c, const case_inputs *i, bk_buffer **o) {
   return bk_rows_sum(c, i->in[0], 4, 6, &o[0]);
 }
@@ -161,6 +169,7 @@ static const prim_case prim_cases[] = {
     {"xent_teacher_grad", "bk_xent_teacher", {24, 24}, c_xent_tg},
     {"conv", "bk_conv", {48, 48, 4}, c_conv},
     {"conv_bias_only", "bk_conv", {CASE_EMPTY, CASE_EMPTY, 4}, c_conv_bias},
+    {"conv_large", "bk_conv", {8 * 8192, 8 * 8 * 5, 8}, c_conv_large},
     {"rows_sum", "bk_rows_sum", {24}, c_rows_sum},
     {"rows_max", "bk_rows_max", {24}, c_rows_max},
     {"rows_first_max_mask", "bk_rows_first_max_mask", {24}, c_first_max},

@@ -222,6 +222,24 @@ static void conv_groups(void) {
   }
 }
 
+/* Convolutions with enough work to take the CPU backend's matrix-product
+ * form where it has one (2^20 multiply-adds and more, 4 or more output
+ * channels and 16 or more (channel, tap) pairs per group): a 1-D one long
+ * enough for several tiles of output positions, a grouped 2-D one with
+ * stride, dilation and asymmetric padding, a 3-D one with two batch axes. */
+static void conv_large(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    conv_case a = {1, 1, {1, 1}, 8, 8, 2, {60000}, {5}, {1}, {2}, {2}, {1}, 1};
+    run_case(dt, &a, 21);
+    conv_case b = {2, 1, {2, 1}, 12, 16, 2, {47, 53}, {3, 4}, {2, 1}, {1, 3}, {2, 0}, {2, 1}, 1};
+    run_case(dt, &b, 22);
+    conv_case c = {3, 2, {2, 1}, 4, 16, 1, {9, 11, 12}, {3, 3, 2}, {1, 2, 1}, {1, 0, 1}, {1, 2, 0},
+                   {1, 1, 2}, 0};
+    run_case(dt, &c, 23);
+  }
+}
+
 /* The Mamba-style causal depthwise convolution: groups = C_in = C_out,
  * k = 4, pad_before = 3, pad_after = 0: out extent = in, and output t reads
  * inputs t-3..t only. */
@@ -431,6 +449,7 @@ int main(void) {
   TL_RUN(conv_example);
   TL_RUN(conv_random);
   TL_RUN(conv_groups);
+  TL_RUN(conv_large);
   TL_RUN(conv_depthwise_causal);
   TL_RUN(conv_empty);
   TL_RUN(conv_errors);
