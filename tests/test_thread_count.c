@@ -20,7 +20,7 @@
 
 /* Geometry shared by the cases: (R, C) rows, a rank-3 tensor D3, scans of
  * T steps and S states, FFT lengths of every path. */
-enum { R = 389, C = 263, T = 331, S = 301, K = 700, SW = 2053 };
+enum { R = 389, C = 263, T = 331, S = 301, K = 700, SW = 2053, GL = 100003 };
 static const int64_t D3[3] = {7, 131, 113};
 
 #define NIN 6
@@ -33,6 +33,7 @@ typedef struct tcase {
 } tcase;
 
 static uint64_t tc_idx[K];
+static const uint64_t gl_idx[3] = {3, 7, 0};
 
 static const int64_t tb_in[3] = {1, 131, 113}, tb_out[4] = {3, 7, 131, 113},
                      tb_map[4] = {0, 1, 2, 3};
@@ -83,6 +84,7 @@ enum {
   T_SCAN_VB,
   T_SCAN_WIDE,
   T_GATHER,
+  T_GATHER_LONG,
   T_SCATTER,
 };
 
@@ -182,6 +184,8 @@ static bk_status run_case(int id, bk_context *c, bk_buffer *const *i, bk_buffer 
       return bk_scan_diag_var(c, i[0], i[1], i[2], i[3], 5, SW, &o[0]);
     case T_GATHER:
       return bk_rows_gather(c, i[0], R, C, tc_idx, K, &o[0]);
+    case T_GATHER_LONG:
+      return bk_rows_gather(c, i[0], 5, GL, gl_idx, 3, &o[0]);
     case T_SCATTER:
       return bk_rows_scatter_add(c, i[0], i[1], R, C, tc_idx, K, &o[0]);
     default:
@@ -237,6 +241,9 @@ static const tcase tcases[] = {
      * 2 KiB and more per row) and not at 8. */
     {"scan_diag_var (wide rows)", {5 * SW, 5 * SW, 5 * SW, SW}, T_SCAN_WIDE},
     {"rows_gather", {R * C}, T_GATHER},
+    /* Past the size at which the gather is shared among the threads, in
+     * byte ranges that cut rows (one index out of range). */
+    {"rows_gather (long rows)", {5 * GL}, T_GATHER_LONG},
     {"rows_scatter_add", {R * C, K * C}, T_SCATTER},
 };
 #define NCASES ((int)(sizeof tcases / sizeof tcases[0]))

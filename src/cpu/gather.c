@@ -12,19 +12,33 @@
 
 #include <string.h>
 
+/* Output bytes from which a gather is shared among the threads. */
+#define BK_GATHER_PARALLEL ((size_t)1 << 20)
+
 bk_status bk__cpu_rows_gather(bk_context *ctx, bk_dtype dt, const void *mat, void *y,
                               int64_t rows, int64_t cols, const uint64_t *idx, int64_t k) {
   (void)ctx;
   const size_t row_bytes = (size_t)cols * bk__dtype_size(dt);
-  /* mat (rows, cols), y (k, cols): each output row is written by one
-   * iteration, either copied or cleared to all-zero bits (+0). */
-#pragma omp parallel for schedule(static) if (k * cols >= BK_CPU_PARALLEL_MIN)
-  for (int64_t r = 0; r < k; r++) {
-    char *dst = (char *)y + (size_t)r * row_bytes;
-    if (idx[r] < (uint64_t)rows)
-      memcpy(dst, (const char *)mat + (size_t)idx[r] * row_bytes, row_bytes);
-    else
-      memset(dst, 0, row_bytes);
+  /* mat (rows, cols), y (k, cols). The output is cut into equal byte
+   * ranges, one per thread (a range may start and end inside rows), so a
+   * few long rows share the threads too; each piece of a row is copied or
+   * cleared to all-zero bits (+0). Outputs below BK_GATHER_PARALLEL bytes
+   * stay on the calling thread. */
+  const size_t total = (size_t)k * row_bytes;
+#pragma omp parallel if (total >= BK_GATHER_PARALLEL)
+  {
+    int64_t u0, u1;
+    bk_cpu_block((int64_t)total, &u0, &u1);
+    for (int64_t b = u0; b < u1;) {
+      const int64_t r = b / (int64_t)row_bytes, off = b % (int64_t)row_bytes;
+      const int64_t len = (int64_t)row_bytes - off < u1 - b ? (int64_t)row_bytes - off : u1 - b;
+      char *dst = (char *)y + b;
+      if (idx[r] < (uint64_t)rows)
+        memcpy(dst, (const char *)mat + (size_t)idx[r] * row_bytes + (size_t)off, (size_t)len);
+      else
+        memset(dst, 0, (size_t)len);
+      b += len;
+    }
   }
   return BK_OK;
 }

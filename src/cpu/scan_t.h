@@ -105,6 +105,7 @@ static void BK_FN(scan_run)(const BK_T *A, const BK_T *B, const BK_T *X, const B
   const int64_t blocks = (state + width - 1) / width;
   const size_t per = (size_t)width * 3 * sizeof(double);
   atomic_llong next = 0;
+  (void)threads; /* read only by the OpenMP pragma */
 #pragma omp parallel num_threads(threads) if (threads > 1)
   {
     double *st = (double *)(scratch + (size_t)bk_cpu_thread() * per);
