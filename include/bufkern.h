@@ -509,7 +509,7 @@ BK_API BK_NODISCARD bk_status bk_conv(bk_context *ctx, const bk_buffer *input,
 /* out[i] = sum_j x[i,j], length rows; cols == 0 gives rows zeros. float32
  * data is accumulated in float64 on both backends (on the CPU in 16
  * interleaved partial sums folded pairwise, in index order for rows shorter
- * than 16; a fixed tree of float64 partial sums on CUDA), deterministic. */
+ * than 40; a fixed tree of float64 partial sums on CUDA), deterministic. */
 BK_API BK_NODISCARD bk_status bk_rows_sum(bk_context *ctx, const bk_buffer *x, int64_t rows,
                                           int64_t cols, bk_buffer **out);
 

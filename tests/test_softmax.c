@@ -4,6 +4,7 @@
 #include "testlib.h"
 
 #include "core/internal.h"
+#include "cpu/cpu.h"
 
 /* The contract's examples are printed to 7 digits. */
 static double example_tol(bk_dtype dt) { return fmax(1e-6, tl_tol_red(dt)); }
@@ -220,6 +221,47 @@ static void softmax_special_fibres(void) {
       free(ref);
     }
   }
+}
+
+/* The CPU backend's rows read once (rows longer than half a core's cache,
+ * output streamed): the test context is told its cache holds 8 KiB and
+ * every output streams, so rows of 3000 and 5000 entries take blocks of
+ * 1024 with their own maxima. Rows: random; a NaN in one block; a first
+ * block of only -inf; only -inf; a +inf; -inf and NaN in one block and
+ * the rest finite; the maximum in the short last block. Nothing on CUDA. */
+static void softmax_one_read(void) {
+  const size_t old_l2 = bk__cpu_set_l2_bytes(tl_ctx, 8192);
+  if (!old_l2) return;
+  const size_t old_stream = bk__cpu_set_stream_bytes(tl_ctx, 0);
+  static const int64_t widths[] = {3000, 5000};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t w = 0; w < 2; w++) {
+      const int64_t rows = 7, cols = widths[w], n = rows * cols;
+      int64_t dims[] = {rows, cols};
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(400 + w);
+      for (int64_t i = 0; i < n; i++) x[i] = 4 * tl_randn();
+      x[1 * cols + 2500] = NAN;
+      for (int64_t c = 0; c < 1024; c++) x[2 * cols + c] = -INFINITY;
+      for (int64_t c = 0; c < cols; c++) x[3 * cols + c] = -INFINITY;
+      x[4 * cols + 1500] = INFINITY;
+      for (int64_t c = 1024; c < 2048; c++) x[5 * cols + c] = c == 1500 ? NAN : -INFINITY;
+      x[6 * cols + cols - 3] = 40;
+      tl_round(dt, x, n);
+      softmax_ref(x, ref, dims, 2, 1);
+      bk_buffer *b = tl_buf(dt, x, n), *y = NULL;
+      if (TL_OK(bk_softmax(tl_ctx, b, dims, 2, 1, &y)) == BK_OK)
+        TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
+      TL_UNCHANGED(b, x, n);
+      bk_buffer_release(y);
+      bk_buffer_release(b);
+      free(x);
+      free(ref);
+    }
+  }
+  bk__cpu_set_stream_bytes(tl_ctx, old_stream);
+  bk__cpu_set_l2_bytes(tl_ctx, old_l2);
 }
 
 /* Rounds x (dims[0], dims[1], dims[2]) to dt, checks the softmax along axis
@@ -485,6 +527,7 @@ int main(void) {
   TL_RUN(softmax_ieee);
   TL_RUN(softmax_random);
   TL_RUN(softmax_special_fibres);
+  TL_RUN(softmax_one_read);
   TL_RUN(softmax_midaxis_tiles);
   TL_RUN(softmax_midaxis_special);
   TL_RUN(softmax_determinism);

@@ -127,6 +127,14 @@ size_t bk__cpu_set_stream_bytes(bk_context *ctx, size_t bytes) {
   return old;
 }
 
+size_t bk__cpu_set_l2_bytes(bk_context *ctx, size_t bytes) {
+  if (!ctx || bk_context_device(ctx).kind != BK_DEVICE_CPU) return 0;
+  cpu_ctx *c = bk__ctx_impl(ctx);
+  size_t old = c->l2_bytes;
+  c->l2_bytes = bytes;
+  return old;
+}
+
 static bk_status cpu_context_set_stream(bk_context *ctx, void *stream) {
   (void)ctx;
   (void)stream;

@@ -125,6 +125,12 @@ enum { BK_CPU_CACHE_FFT = 1 };
  * The tests use it to run each kernel through both of its store paths. */
 BK_API size_t bk__cpu_set_stream_bytes(bk_context *ctx, size_t bytes);
 
+/* Test hook: ctx (a CPU context) takes a core's own cache to hold `bytes`
+ * from now on (the softmax's rows read once, the FFT's lanes); returns the
+ * previous size (0, and nothing changed, for a context that is not a CPU
+ * one). */
+BK_API size_t bk__cpu_set_l2_bytes(bk_context *ctx, size_t bytes);
+
 /* ---- families (one file each under src/cpu) ------------------------------ */
 
 /* softmax.c */

@@ -29,7 +29,7 @@ static inline double BK_FN(ln_sq)(const BK_T *restrict x, int64_t n, double mu) 
 static void BK_FN(ln_forward_narrow)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
                                      BK_T *out, BK_T *nrm, BK_T *inv_std, int64_t r0, int64_t r1,
                                      int64_t n, double eps, int stream) {
-  BK_T t[BK_LANES * BK_LANES], tn[BK_LANES * BK_LANES];
+  BK_T t[BK_LANES * BK_NARROW], tn[BK_LANES * BK_NARROW];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
     double mu[BK_LANES] = {0}, sq[BK_LANES] = {0}, is[BK_LANES];

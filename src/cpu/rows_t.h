@@ -7,11 +7,11 @@
 /* Rows narrower than the lanes go BK_LANES at a time, across the lanes
  * (typed_t.h), each row folded in index order as rk_sum64 folds it. */
 static BK_CPU_CLONES void BK_FN(rows_sum_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1, int64_t n) {
-  if (n >= BK_LANES || n == 0) {
+  if (n >= BK_NARROW || n == 0) {
     for (int64_t r = r0; r < r1; r++) y[r] = (BK_T)BK_FN(rk_sum64)(x + r * n, n);
     return;
   }
-  BK_T t[BK_LANES * BK_LANES];
+  BK_T t[BK_LANES * BK_NARROW];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
     double s[BK_LANES] = {0};
@@ -29,7 +29,7 @@ static BK_CPU_CLONES void BK_FN(rows_max_block)(const BK_T *x, BK_T *y, int64_t 
     for (int64_t r = r0; r < r1; r++) y[r] = n == 0 ? (BK_T)0 : BK_FN(rk_max)(x + r * n, n);
     return;
   }
-  BK_T t[BK_LANES * BK_LANES], m[BK_LANES];
+  BK_T t[BK_LANES * BK_NARROW], m[BK_LANES];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
     BK_FN(nk_in)(x + r * n, n, nr, t, 0);
@@ -55,7 +55,7 @@ static BK_CPU_CLONES void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, in
                                         int64_t n, int stream) {
   BK_T tile[BK_CHUNK];
   if (n < BK_LANES) { /* narrow rows: the same scan in every lane */
-    BK_T t[BK_LANES * BK_LANES], bv[BK_LANES];
+    BK_T t[BK_LANES * BK_NARROW], bv[BK_LANES];
     int64_t best[BK_LANES];
     for (int64_t r = r0; r < r1; r += BK_LANES) {
       const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
@@ -103,7 +103,7 @@ static BK_CPU_CLONES void BK_FN(masked_softmax_block)(const BK_T *x, const BK_T 
                                                       int64_t r0, int64_t r1, int64_t n,
                                                       BK_T *e, int stream) {
   if (n < BK_LANES) { /* narrow rows, across the lanes */
-    BK_T t[BK_LANES * BK_LANES], tm[BK_LANES * BK_LANES];
+    BK_T t[BK_LANES * BK_NARROW], tm[BK_LANES * BK_NARROW];
     for (int64_t r = r0; r < r1; r += BK_LANES) {
       const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
       BK_FN(nk_in)(x + r * n, n, nr, t, 0);

@@ -35,8 +35,14 @@ bk_status bk__cpu_softmax(bk_context *ctx, bk_dtype dt, const void *x, void *y, 
   const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
   const int64_t total = outer * n * inner;
   const int threads = bk_cpu_threads(total);
-  /* Scratch per thread: a row, or a tile's n slices. */
-  const int64_t per = inner == 1 ? n : n * (inner < SOFTMAX_TILE ? inner : SOFTMAX_TILE);
+  /* Scratch per thread: a row (and, for rows read once, its blocks' maxima
+   * and float64 sums), or a tile's n slices. Rows longer than half a core's
+   * cache are read once (softmax_t.h): reading them twice would read them
+   * from memory twice. */
+  const int64_t one_read = (int64_t)(bk__cpu_l2_bytes(ctx) / 2 / es);
+  const int64_t blocks = (n + BK_CHUNK - 1) / BK_CHUNK;
+  const int64_t per = inner == 1 ? n + blocks + (2 * blocks * 8 + 8 + (int64_t)es - 1) / (int64_t)es
+                                 : n * (inner < SOFTMAX_TILE ? inner : SOFTMAX_TILE);
   const int stream = bk__cpu_streams(ctx, (size_t)total * es) && per * (int64_t)es <= BK_CPU_SCRATCH_MAX;
   void *scratch = NULL;
   if (stream) {
@@ -44,9 +50,9 @@ bk_status bk__cpu_softmax(bk_context *ctx, bk_dtype dt, const void *x, void *y, 
     if (!scratch) return BK_ERR_OUT_OF_MEMORY;
   }
   if (dt == BK_F32)
-    softmax_run_f32(x, y, outer, n, inner, scratch, per, stream, threads);
+    softmax_run_f32(x, y, outer, n, inner, scratch, per, stream, threads, one_read);
   else
-    softmax_run_f64(x, y, outer, n, inner, scratch, per, stream, threads);
+    softmax_run_f64(x, y, outer, n, inner, scratch, per, stream, threads, one_read);
   bk__host_free(scratch);
   return BK_OK;
 }

@@ -228,7 +228,7 @@ static inline void BK_FN(nk_in)(const BK_T *restrict x, int64_t n, int64_t nr, B
  * tile so that the stores can stream. */
 static inline void BK_FN(nk_out)(const BK_T *restrict t, int64_t n, int64_t nr, BK_T *y,
                                  int stream) {
-  BK_T row_major[BK_LANES * BK_LANES];
+  BK_T row_major[BK_LANES * BK_NARROW];
   for (int64_t l = 0; l < nr; l++)
     for (int64_t j = 0; j < n; j++) row_major[l * n + j] = t[j * BK_LANES + l];
   BK_FN(bk_put)(y, row_major, nr * n, stream);

@@ -47,6 +47,16 @@
 #define BK_LANES 16
 #define BK_CHUNK 1024
 
+/* The softmax and the row sum take rows narrower than this BK_LANES rows at
+ * a time, one per vector lane (typed_t.h), each folded in index order: row
+ * by row, the per-row cost (the lane partials and their fold) outweighs the
+ * work (measured on a 2-core x86-64 at 19 columns: softmax 2.3x, row sum
+ * 3.8x faster across the lanes; from about 50 columns the row-by-row path
+ * is faster). The max, first-max and masked softmax go across the lanes
+ * below BK_LANES only (at 19 and 33 columns they ran 1.3-2.5x slower
+ * across the lanes). */
+#define BK_NARROW 40
+
 /* Four float64 (float32) values as one value of the compiler's vector
  * extension: AVX2 keeps one in a register, baseline x86-64 two SSE2
  * registers. The sums that use them add element by element, as the scalar

@@ -107,7 +107,7 @@ static inline void BK_FN(nk_exp_sum)(BK_T *restrict t, int64_t n, BK_T *restrict
 /* part[r] for rows r0..r1 of the weighted cross-entropy, 0 < n < BK_LANES. */
 static BK_CPU_CLONES void BK_FN(weighted_narrow)(const BK_T *x, const BK_T *w, double *part,
                                                  int64_t r0, int64_t r1, int64_t n) {
-  BK_T tx[BK_LANES * BK_LANES], tw[BK_LANES * BK_LANES], te[BK_LANES * BK_LANES], m[BK_LANES];
+  BK_T tx[BK_LANES * BK_NARROW], tw[BK_LANES * BK_NARROW], te[BK_LANES * BK_NARROW], m[BK_LANES];
   double z[BK_LANES], lse[BK_LANES], s[BK_LANES];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
@@ -131,7 +131,7 @@ static BK_CPU_CLONES void BK_FN(weighted_narrow)(const BK_T *x, const BK_T *w, d
 /* part[r] for rows r0..r1 of the teacher loss, 0 < n < BK_LANES. */
 static BK_CPU_CLONES void BK_FN(teacher_loss_narrow)(const BK_T *S, const BK_T *T, double *part,
                                                      int64_t r0, int64_t r1, int64_t n) {
-  BK_T ts[BK_LANES * BK_LANES], tt[BK_LANES * BK_LANES], te[BK_LANES * BK_LANES];
+  BK_T ts[BK_LANES * BK_NARROW], tt[BK_LANES * BK_NARROW], te[BK_LANES * BK_NARROW];
   BK_T ms[BK_LANES], mt[BK_LANES];
   double zs[BK_LANES], zt[BK_LANES], inv[BK_LANES], s[BK_LANES];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
@@ -159,7 +159,7 @@ static BK_CPU_CLONES void BK_FN(teacher_loss_narrow)(const BK_T *S, const BK_T *
 static BK_CPU_CLONES void BK_FN(teacher_grad_narrow)(const BK_T *S, const BK_T *T, BK_T *g,
                                                      int64_t r0, int64_t r1, int64_t n,
                                                      double rows, int stream) {
-  BK_T ts[BK_LANES * BK_LANES], tt[BK_LANES * BK_LANES], ms[BK_LANES], mt[BK_LANES];
+  BK_T ts[BK_LANES * BK_NARROW], tt[BK_LANES * BK_NARROW], ms[BK_LANES], mt[BK_LANES];
   double zs[BK_LANES], zt[BK_LANES], fs[BK_LANES], ft[BK_LANES];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
