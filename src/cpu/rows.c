@@ -162,34 +162,10 @@ static void topk_row_sorted(bk_dtype dt, const void *x, void *y, int64_t base, i
 
 /* A small k: one pass keeps the k best numbers in the strict
  * order (value descending, index ascending) in a sorted buffer on the
- * stack. Only an entry at sorted position below k can have pos +
- * nan_before < k, so the buffer holds every number the mask keeps; a NaN is
- * kept when its index is below k. */
+ * stack (rows_t.h, topk_select_block). Only an entry at sorted position
+ * below k can have pos + nan_before < k, so the buffer holds every number
+ * the mask keeps; a NaN is kept when its index is below k. */
 enum { TOPK_SELECT_MAX = 64 };
-
-static void topk_row_select(bk_dtype dt, const void *x, void *y, int64_t base, int64_t cols,
-                            int64_t k) {
-  topk_entry best[TOPK_SELECT_MAX];
-  int64_t nb = 0, nans = 0;
-  for (int64_t i = 0; i < cols; i++) {
-    const double v = bk_ld(dt, x, base + i);
-    if (isnan(v)) {
-      nans++;
-      continue;
-    }
-    /* A later equal value never beats an earlier one. */
-    if (nb == k && !(v > best[k - 1].v)) continue;
-    int64_t j = nb < k ? nb++ : k - 1;
-    for (; j > 0 && best[j - 1].v < v; j--) best[j] = best[j - 1];
-    best[j] = (topk_entry){v, i, nans};
-  }
-  const size_t es = dt == BK_F32 ? sizeof(float) : sizeof(double);
-  memset((char *)y + (size_t)base * es, 0, (size_t)cols * es); /* +0 in both dtypes */
-  for (int64_t i = 0; i < k; i++)
-    if (isnan(bk_ld(dt, x, base + i))) bk_st(dt, y, base + i, 1.0);
-  for (int64_t p = 0; p < nb; p++)
-    if (p + best[p].nan_before < k) bk_st(dt, y, base + best[p].i, 1.0);
-}
 
 bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, void *y,
                                  int64_t rows, int64_t cols, int64_t k) {
@@ -210,7 +186,10 @@ bk_status bk__cpu_rows_topk_mask(bk_context *ctx, bk_dtype dt, const void *x, vo
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
       const int64_t r1 = rows - r0 < chunk ? rows : r0 + chunk;
-      for (int64_t r = r0; r < r1; r++) topk_row_select(dt, x, y, r * cols, cols, k);
+      if (dt == BK_F32)
+        topk_select_block_f32(x, y, r0, r1, cols, k);
+      else
+        topk_select_block_f64(x, y, r0, r1, cols, k);
     }
     return BK_OK;
   }

@@ -147,3 +147,74 @@ static BK_CPU_CLONES void BK_FN(masked_softmax_block)(const BK_T *x, const BK_T 
   }
   bk_put_fence(stream);
 }
+
+/* ---- top-k selection (rows.c: the small-k path) ------------------------------------ */
+
+/* One number among a row's k best: value, index, NaN entries before it. */
+typedef struct BK_FN(topk_best) {
+  BK_T v;
+  int64_t i, nan_before;
+} BK_FN(topk_best);
+
+/* Puts x[i] (a number) among the k best so far (nb of them, sorted by value
+ * descending then index ascending) when it beats the k-th. */
+static inline void BK_FN(topk_offer)(BK_FN(topk_best) *best, int64_t *nb, int64_t k, BK_T v,
+                                     int64_t i, int64_t nans) {
+  if (*nb == k && !(v > best[k - 1].v)) return; /* a later equal value never beats */
+  int64_t j = *nb < k ? (*nb)++ : k - 1;
+  for (; j > 0 && best[j - 1].v < v; j--) best[j] = best[j - 1];
+  best[j] = (BK_FN(topk_best)){v, i, nans};
+}
+
+/*
+ * Rows r0..r1 of the top-k mask for 1 <= k <= 64, k < n, in one pass that
+ * keeps the k best numbers (rows.c says why that is the mask). Once k
+ * numbers are held, blocks of BK_LANES entries are first tested as a vector
+ * against the k-th best: a block with nothing above it only adds its NaN
+ * count, and most blocks of a long row are such blocks.
+ */
+static BK_CPU_CLONES void BK_FN(topk_select_block)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
+                                                   int64_t n, int64_t k) {
+  BK_FN(topk_best) best[64];
+  for (int64_t r = r0; r < r1; r++) {
+    const BK_T *restrict xr = x + r * n;
+    BK_T *restrict yr = y + r * n;
+    int64_t nb = 0, nans = 0, i = 0;
+    for (; i < n && nb < k; i++) {
+      if (xr[i] != xr[i])
+        nans++;
+      else
+        BK_FN(topk_offer)(best, &nb, k, xr[i], i, nans);
+    }
+    for (; i + BK_LANES <= n; i += BK_LANES) {
+      const BK_T thr = best[k - 1].v;
+      int above = 0, nn = 0;
+#pragma omp simd reduction(| : above) reduction(+ : nn)
+      for (int l = 0; l < BK_LANES; l++) {
+        above |= xr[i + l] > thr;
+        nn += xr[i + l] != xr[i + l];
+      }
+      if (!above) {
+        nans += nn;
+        continue;
+      }
+      for (int l = 0; l < BK_LANES; l++) {
+        if (xr[i + l] != xr[i + l])
+          nans++;
+        else
+          BK_FN(topk_offer)(best, &nb, k, xr[i + l], i + l, nans);
+      }
+    }
+    for (; i < n; i++) {
+      if (xr[i] != xr[i])
+        nans++;
+      else
+        BK_FN(topk_offer)(best, &nb, k, xr[i], i, nans);
+    }
+    for (int64_t j = 0; j < n; j++) yr[j] = 0; /* +0 */
+    for (int64_t j = 0; j < k; j++)
+      if (xr[j] != xr[j]) yr[j] = 1;
+    for (int64_t p = 0; p < nb; p++)
+      if (p + best[p].nan_before < k) yr[best[p].i] = 1;
+  }
+}
