@@ -8,6 +8,8 @@
 #define _GNU_SOURCE /* madvise, malloc_usable_size, the cache sizes of sysconf */
 #include "cpu.h"
 
+#include <stddef.h>
+
 #include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -119,20 +121,23 @@ int bk__cpu_cache_put(bk_context *ctx, int kind, int64_t key, void *obj, void (*
   return kept;
 }
 
-size_t bk__cpu_set_stream_bytes(bk_context *ctx, size_t bytes) {
+/* The test hooks' common part: sets the size_t field at `offset` of a CPU
+ * context's state, returning its old value (0, nothing changed, for a
+ * context that is not a CPU one). */
+static size_t cpu_hook_set(bk_context *ctx, size_t offset, size_t bytes) {
   if (!ctx || bk_context_device(ctx).kind != BK_DEVICE_CPU) return 0;
-  cpu_ctx *c = bk__ctx_impl(ctx);
-  size_t old = c->llc_bytes;
-  c->llc_bytes = bytes;
+  size_t *field = (size_t *)(void *)((char *)bk__ctx_impl(ctx) + offset);
+  const size_t old = *field;
+  *field = bytes;
   return old;
 }
 
+size_t bk__cpu_set_stream_bytes(bk_context *ctx, size_t bytes) {
+  return cpu_hook_set(ctx, offsetof(cpu_ctx, llc_bytes), bytes);
+}
+
 size_t bk__cpu_set_l2_bytes(bk_context *ctx, size_t bytes) {
-  if (!ctx || bk_context_device(ctx).kind != BK_DEVICE_CPU) return 0;
-  cpu_ctx *c = bk__ctx_impl(ctx);
-  size_t old = c->l2_bytes;
-  c->l2_bytes = bytes;
-  return old;
+  return cpu_hook_set(ctx, offsetof(cpu_ctx, l2_bytes), bytes);
 }
 
 static bk_status cpu_context_set_stream(bk_context *ctx, void *stream) {

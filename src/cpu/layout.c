@@ -65,6 +65,18 @@ bk_status bk__cpu_broadcast_col(bk_context *ctx, bk_dtype dt, const void *vec, v
     }                                                                         \
   } while (0)
 
+/* Advances the odometer c over output axes 0..last by one step of axis
+ * last, carrying into the axes before it; *off follows in input offsets. */
+static inline void bcast_step(int last, const int64_t *D, const int64_t *S, int64_t *c,
+                              int64_t *off) {
+  for (int j = last; j >= 0; j--) {
+    *off += S[j];
+    if (++c[j] < D[j]) break;
+    *off -= D[j] * S[j];
+    c[j] = 0;
+  }
+}
+
 static void bcast_run(size_t es, void *y, int64_t o, const void *x, int64_t off, int64_t n,
                       int64_t sl) {
   if (es == 4)
@@ -101,12 +113,7 @@ static void bcast_range(size_t es, const void *x, void *y, const bk_bcast_geom *
     if (c[r - 1] < dl) break; /* only the last run of a range can stop early */
     off -= dl * sl;
     c[r - 1] = 0;
-    for (int j = r - 2; j >= 0; j--) {
-      off += S[j];
-      if (++c[j] < D[j]) break;
-      off -= D[j] * S[j];
-      c[j] = 0;
-    }
+    bcast_step(r - 2, D, S, c, &off);
   }
 }
 
@@ -143,12 +150,7 @@ static void bk_stream_bytes(char *restrict dst, const void *restrict src_, int64
       W *restrict dst = stream ? tile : (W *)y + q * blk;                    \
       for (int64_t e = 0; e < blk; e++) dst[e] = src[tab[e]];                \
       if (stream) bk_stream_bytes((char *)y + q * blk * (int64_t)sizeof(W), tile, blk * (int64_t)sizeof(W)); \
-      for (int j = lead - 1; j >= 0; j--) {                                  \
-        off += S[j];                                                         \
-        if (++c[j] < D[j]) break;                                            \
-        off -= D[j] * S[j];                                                  \
-        c[j] = 0;                                                            \
-      }                                                                      \
+      bcast_step(lead - 1, D, S, c, &off);                                   \
     }                                                                        \
   } while (0)
 
@@ -192,12 +194,8 @@ bk_status bk__cpu_broadcast_to(bk_context *ctx, bk_dtype dt, const void *x, void
       int64_t c[BK_MAX_RANK] = {0}, off = 0;
       for (int64_t e = 0; e < blk; e++) {
         tab[e] = off;
-        for (int j = r - 1; j >= lead; j--) {
-          off += g->in_stride[j];
-          if (++c[j] < g->out_dims[j]) break;
-          off -= g->out_dims[j] * g->in_stride[j];
-          c[j] = 0;
-        }
+        /* The block's own odometer: axes lead..r-1, as axes 0..r-1-lead. */
+        bcast_step(r - 1 - lead, g->out_dims + lead, g->in_stride + lead, c, &off);
       }
       const int64_t blocks = total / blk, per = (BK_LAYOUT_CHUNK + blk - 1) / blk;
       const int64_t items = (blocks + per - 1) / per;
