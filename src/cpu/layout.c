@@ -65,6 +65,19 @@ bk_status bk__cpu_broadcast_col(bk_context *ctx, bk_dtype dt, const void *vec, v
     }                                                                         \
   } while (0)
 
+/* Decomposes `index` into coordinates c over output axes 0..axes-1 (the
+ * last varying fastest); returns their input offset. */
+static inline int64_t bcast_start(int axes, const int64_t *D, const int64_t *S, int64_t index,
+                                  int64_t *c) {
+  int64_t off = 0;
+  for (int j = axes - 1; j >= 0; j--) {
+    c[j] = index % D[j];
+    index /= D[j];
+    off += c[j] * S[j];
+  }
+  return off;
+}
+
 /* Advances the odometer c over output axes 0..last by one step of axis
  * last, carrying into the axes before it; *off follows in input offsets. */
 static inline void bcast_step(int last, const int64_t *D, const int64_t *S, int64_t *c,
@@ -95,12 +108,7 @@ static void bcast_range(size_t es, const void *x, void *y, const bk_bcast_geom *
   const int r = g->rank;
   const int64_t *D = g->out_dims, *S = g->in_stride;
   int64_t c[BK_MAX_RANK];
-  int64_t rem = begin, off = 0;
-  for (int j = r - 1; j >= 0; j--) {
-    c[j] = rem % D[j];
-    rem /= D[j];
-    off += c[j] * S[j];
-  }
+  int64_t off = bcast_start(r, D, S, begin, c);
   const int64_t dl = D[r - 1], sl = S[r - 1];
   int64_t o = begin;
   while (o < end) {
@@ -160,12 +168,7 @@ static void bcast_blocks(size_t es, const void *x, void *y, const bk_bcast_geom 
   const int64_t *D = g->out_dims, *S = g->in_stride;
   uint64_t tile_[BK_BCAST_BLOCK];
   int64_t c[BK_MAX_RANK];
-  int64_t rem = b0, off = 0;
-  for (int j = lead - 1; j >= 0; j--) {
-    c[j] = rem % D[j];
-    rem /= D[j];
-    off += c[j] * S[j];
-  }
+  int64_t off = bcast_start(lead, D, S, b0, c);
   if (es == 4)
     BK_BCAST_BLOCKS(uint32_t);
   else
