@@ -89,17 +89,23 @@ static BK_CPU_CLONES void BK_FN(teacher_grad_block)(const BK_T *S, const BK_T *T
  * dropped.
  */
 
-/* Per lane: t = exp(t - m) with m the lane's maximum, z = their float64 sum. */
+/* Per lane: m = the lane's maximum of t, z = the float64 sum of exp(t - m);
+ * the exponentials replace t when `store`, else t is left as it is. */
 static inline void BK_FN(nk_exp_sum)(BK_T *restrict t, int64_t n, BK_T *restrict m,
-                                     double *restrict z) {
+                                     double *restrict z, int store) {
   BK_FN(nk_max)(t, n, m);
   for (int l = 0; l < BK_LANES; l++) z[l] = 0.0;
   for (int64_t j = 0; j < n; j++) {
+    if (store) {
 #pragma omp simd
-    for (int l = 0; l < BK_LANES; l++) {
-      const BK_T e = BK_FN(bk_expn)(t[j * BK_LANES + l] - m[l]);
-      t[j * BK_LANES + l] = e;
-      z[l] += (double)e;
+      for (int l = 0; l < BK_LANES; l++) {
+        const BK_T e = BK_FN(bk_expn)(t[j * BK_LANES + l] - m[l]);
+        t[j * BK_LANES + l] = e;
+        z[l] += (double)e;
+      }
+    } else {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++) z[l] += (double)BK_FN(bk_expn)(t[j * BK_LANES + l] - m[l]);
     }
   }
 }
@@ -107,14 +113,13 @@ static inline void BK_FN(nk_exp_sum)(BK_T *restrict t, int64_t n, BK_T *restrict
 /* part[r] for rows r0..r1 of the weighted cross-entropy, 0 < n < BK_LANES. */
 static BK_CPU_CLONES void BK_FN(weighted_narrow)(const BK_T *x, const BK_T *w, double *part,
                                                  int64_t r0, int64_t r1, int64_t n) {
-  BK_T tx[BK_LANES * BK_NARROW], tw[BK_LANES * BK_NARROW], te[BK_LANES * BK_NARROW], m[BK_LANES];
+  BK_T tx[BK_LANES * BK_NARROW], tw[BK_LANES * BK_NARROW], m[BK_LANES];
   double z[BK_LANES], lse[BK_LANES], s[BK_LANES];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
     BK_FN(nk_in)(x + r * n, n, nr, tx, 0);
     BK_FN(nk_in)(w + r * n, n, nr, tw, 0);
-    memcpy(te, tx, (size_t)(n * BK_LANES) * sizeof(BK_T));
-    BK_FN(nk_exp_sum)(te, n, m, z);
+    BK_FN(nk_exp_sum)(tx, n, m, z, 0);
     for (int l = 0; l < BK_LANES; l++) {
       lse[l] = (double)m[l] + log(z[l]);
       s[l] = 0.0;
@@ -131,16 +136,14 @@ static BK_CPU_CLONES void BK_FN(weighted_narrow)(const BK_T *x, const BK_T *w, d
 /* part[r] for rows r0..r1 of the teacher loss, 0 < n < BK_LANES. */
 static BK_CPU_CLONES void BK_FN(teacher_loss_narrow)(const BK_T *S, const BK_T *T, double *part,
                                                      int64_t r0, int64_t r1, int64_t n) {
-  BK_T ts[BK_LANES * BK_NARROW], tt[BK_LANES * BK_NARROW], te[BK_LANES * BK_NARROW];
-  BK_T ms[BK_LANES], mt[BK_LANES];
+  BK_T ts[BK_LANES * BK_NARROW], tt[BK_LANES * BK_NARROW], ms[BK_LANES], mt[BK_LANES];
   double zs[BK_LANES], zt[BK_LANES], inv[BK_LANES], s[BK_LANES];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
     BK_FN(nk_in)(S + r * n, n, nr, ts, 0);
     BK_FN(nk_in)(T + r * n, n, nr, tt, 0);
-    memcpy(te, ts, (size_t)(n * BK_LANES) * sizeof(BK_T));
-    BK_FN(nk_exp_sum)(te, n, ms, zs);
-    BK_FN(nk_exp_sum)(tt, n, mt, zt);
+    BK_FN(nk_exp_sum)(ts, n, ms, zs, 0);
+    BK_FN(nk_exp_sum)(tt, n, mt, zt, 1);
     for (int l = 0; l < BK_LANES; l++) {
       inv[l] = 1.0 / zt[l];
       s[l] = 0.0;
@@ -165,8 +168,8 @@ static BK_CPU_CLONES void BK_FN(teacher_grad_narrow)(const BK_T *S, const BK_T *
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
     BK_FN(nk_in)(S + r * n, n, nr, ts, 0);
     BK_FN(nk_in)(T + r * n, n, nr, tt, 0);
-    BK_FN(nk_exp_sum)(ts, n, ms, zs);
-    BK_FN(nk_exp_sum)(tt, n, mt, zt);
+    BK_FN(nk_exp_sum)(ts, n, ms, zs, 1);
+    BK_FN(nk_exp_sum)(tt, n, mt, zt, 1);
     for (int l = 0; l < BK_LANES; l++) {
       fs[l] = 1.0 / zs[l] / rows;
       ft[l] = 1.0 / zt[l] / rows;
