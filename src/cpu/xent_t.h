@@ -133,6 +133,18 @@ static BK_CPU_CLONES void BK_FN(weighted_narrow)(const BK_T *x, const BK_T *w, d
   }
 }
 
+/* The narrow form of teacher_stats: nr rows from row r of S and T into the
+ * tiles ts and tt, their maxima and sums of shifted exponentials; tt then
+ * holds the teacher's exponentials, ts the student's where store_s. */
+static inline void BK_FN(nk_teacher_stats)(const BK_T *S, const BK_T *T, int64_t r, int64_t n,
+                                           int64_t nr, BK_T *ts, BK_T *tt, BK_T *ms, BK_T *mt,
+                                           double *zs, double *zt, int store_s) {
+  BK_FN(nk_in)(S + r * n, n, nr, ts, 0);
+  BK_FN(nk_in)(T + r * n, n, nr, tt, 0);
+  BK_FN(nk_exp_sum)(ts, n, ms, zs, store_s);
+  BK_FN(nk_exp_sum)(tt, n, mt, zt, 1);
+}
+
 /* part[r] for rows r0..r1 of the teacher loss, 0 < n < BK_LANES. */
 static BK_CPU_CLONES void BK_FN(teacher_loss_narrow)(const BK_T *S, const BK_T *T, double *part,
                                                      int64_t r0, int64_t r1, int64_t n) {
@@ -140,10 +152,7 @@ static BK_CPU_CLONES void BK_FN(teacher_loss_narrow)(const BK_T *S, const BK_T *
   double zs[BK_LANES], zt[BK_LANES], inv[BK_LANES], s[BK_LANES];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
-    BK_FN(nk_in)(S + r * n, n, nr, ts, 0);
-    BK_FN(nk_in)(T + r * n, n, nr, tt, 0);
-    BK_FN(nk_exp_sum)(ts, n, ms, zs, 0);
-    BK_FN(nk_exp_sum)(tt, n, mt, zt, 1);
+    BK_FN(nk_teacher_stats)(S, T, r, n, nr, ts, tt, ms, mt, zs, zt, 0);
     for (int l = 0; l < BK_LANES; l++) {
       inv[l] = 1.0 / zt[l];
       s[l] = 0.0;
@@ -166,10 +175,7 @@ static BK_CPU_CLONES void BK_FN(teacher_grad_narrow)(const BK_T *S, const BK_T *
   double zs[BK_LANES], zt[BK_LANES], fs[BK_LANES], ft[BK_LANES];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;
-    BK_FN(nk_in)(S + r * n, n, nr, ts, 0);
-    BK_FN(nk_in)(T + r * n, n, nr, tt, 0);
-    BK_FN(nk_exp_sum)(ts, n, ms, zs, 1);
-    BK_FN(nk_exp_sum)(tt, n, mt, zt, 1);
+    BK_FN(nk_teacher_stats)(S, T, r, n, nr, ts, tt, ms, mt, zs, zt, 1);
     for (int l = 0; l < BK_LANES; l++) {
       fs[l] = 1.0 / zs[l] / rows;
       ft[l] = 1.0 / zt[l] / rows;
