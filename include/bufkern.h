@@ -256,8 +256,14 @@ BK_API BK_NODISCARD bk_status bk_context_reset_stream(bk_context *ctx);
  *    data, write it into those buffers between replays.
  *  - Host data passed to a captured call (bk_buffer_from_host, the host
  *    indices of bk_rows_gather and bk_rows_scatter_add) is copied at capture
- *    time into the graph's kernel parameters: every replay uses the values
- *    given at capture, whatever the host arrays hold later.
+ *    time into the graph: every replay uses the values given at capture,
+ *    whatever the host arrays hold later. Small data (up to 3840 bytes, and
+ *    every bk_buffer_from_host) travels in the graph's kernel parameters;
+ *    larger host indices are copied during the capture call into device
+ *    memory the graph owns (a CUDA user object, not an allocation node of
+ *    the graph). That memory is freed once the graph and every executable
+ *    graph instantiated from it are destroyed: by the context's next call
+ *    that allocates, or when the context is destroyed.
  *  - Calls that wait for the device are refused while the context's stream
  *    is being captured, with BK_ERR_UNSUPPORTED and nothing queued, so the
  *    capture stays valid: bk_buffer_to_host (and bk_buffer_copy to the

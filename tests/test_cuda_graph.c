@@ -18,6 +18,7 @@
  * Runs on cuda:0 whatever BK_TEST_DEVICE says; exits 77 (skipped) in a
  * build without CUDA or on a machine without a GPU.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "cases.h"
 #include "core/internal.h"
 
@@ -25,6 +26,7 @@
 
 #ifdef BK_HAVE_CUDA
 #include <cuda_runtime.h>
+#include <time.h>
 
 static cudaStream_t gs; /* the caller's stream tl_ctx is bound to */
 
@@ -147,6 +149,27 @@ static void every_primitive(void) {
 
 /* ---- host data at capture time ------------------------------------------------------- */
 
+/* Host data of one parameter block: larger uploads during a capture go to
+ * blocks the graph owns (BK_CUDA_INLINE_BYTES in src/cuda). */
+#define BK_TEST_INLINE_BYTES 3840
+/* Updates whose scatter-add schedule fits one (BK_SCATTER_INLINE_MAX). */
+#define BK_TEST_SCATTER_INLINE 319
+
+/* The graph's release of its blocks runs on a CUDA thread some time after
+ * the graph is destroyed; the context frees them at its next allocation.
+ * True once the count is back at `before` (polled for up to 5 s). */
+static int graph_blocks_freed(int64_t before) {
+  const double one = 1;
+  for (int i = 0; i < 5000; i++) {
+    bk_buffer *b = tl_buf(BK_F32, &one, 1);
+    bk_buffer_release(b);
+    if (bk__cuda_graph_blocks(tl_ctx) == before) return 1;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
 /* Gather and scatter-add of k indices into rows rows of cols columns: the
  * replay must use the indices of capture time after the host array has
  * been overwritten (and, for many indices, after eager calls reused the
@@ -166,10 +189,19 @@ static void host_indices_case(bk_dtype dt, int64_t rows, int64_t cols, int64_t k
   TL_OK(bk_rows_scatter_add(tl_ctx, M, V, rows, cols, idx, k, &s_ref));
   TL_OK(bk_context_synchronize(tl_ctx));
   const int64_t live0 = bk__live_buffers();
+  const int64_t blocks0 = bk__cuda_graph_blocks(tl_ctx);
   captured cg = {0};
   if (capture_begin()) {
     const bk_status s1 = bk_rows_gather(tl_ctx, M, rows, cols, idx, k, &g);
     const bk_status s2 = bk_rows_scatter_add(tl_ctx, M, V, rows, cols, idx, k, &s);
+    /* Uploaded indices go into device blocks the graph owns (no allocation
+     * node of the graph): the gather's past one parameter block, the
+     * scatter-add's past the schedule that fits one. */
+    const int64_t owned = bk__cuda_graph_blocks(tl_ctx) - blocks0;
+    const int64_t want = (k * 4 > BK_TEST_INLINE_BYTES) + (k > BK_TEST_SCATTER_INLINE);
+    TL_CHECK(owned == want,
+             "%s k = %" PRId64 ": %" PRId64 " blocks owned by the graph, want %" PRId64,
+             tl_dtname(dt), k, owned, want);
     if (capture_end(&cg) && TL_OK(s1) == BK_OK && TL_OK(s2) == BK_OK) {
       for (int64_t r = 0; r < k; r++) idx[r] = (uint64_t)(r % 2);
       /* Eager calls with the new indices reuse the staging in between. */
@@ -190,6 +222,9 @@ static void host_indices_case(bk_dtype dt, int64_t rows, int64_t cols, int64_t k
   captured_destroy(&cg);
   TL_CHECK(bk__live_buffers() == live0, "host indices: %" PRId64 " buffers leaked",
            bk__live_buffers() - live0);
+  TL_CHECK(graph_blocks_freed(blocks0), "%s k = %" PRId64 ": %" PRId64
+           " blocks of the destroyed graph were not freed", tl_dtname(dt), k,
+           bk__cuda_graph_blocks(tl_ctx) - blocks0);
   bk_buffer_release(g_ref);
   bk_buffer_release(s_ref);
   bk_buffer_release(M);

@@ -40,6 +40,12 @@ BK_API void bk__cuda_topk_force(int path);
  * a non-CUDA context or another value. */
 BK_API bool bk__cuda_axis_force(bk_context *ctx, int strategy);
 
+/* CUDA builds (src/cuda/backend.cu, test hook): device blocks of host data
+ * that captured graphs own and that ctx has not yet freed (held by a live
+ * graph, or released and waiting for ctx's next allocation). -1 for a
+ * non-CUDA context. */
+BK_API int64_t bk__cuda_graph_blocks(bk_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif

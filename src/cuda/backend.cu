@@ -10,11 +10,15 @@
  */
 #include "cuda_internal.h"
 
+#include "../core/hooks.h"
+
 #include <cublas_v2.h>
 #include <cudnn.h>
 
 #include <stdint.h>
 #include <string.h>
+
+#include <mutex>
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -127,6 +131,174 @@ static bk_status cuda_context_init(bk_context *ctx, const char *ctx_fn, int inde
   return BK_OK;
 }
 
+/* ---- host data owned by captured graphs ---------------------------------- */
+
+/* Guards every context's owned list against the graphs' release callbacks,
+ * which CUDA runs on its own thread and which may outlive a context. */
+static std::mutex owned_lock;
+
+/* A graph's user object was destroyed: the graph, and every executable
+ * graph made from it, are gone and their launches have completed. No CUDA
+ * call is allowed here; the block is freed by the context's next
+ * allocation (owned_reap), or already was, with the context. */
+static void CUDART_CB owned_release(void *p) {
+  bk_cuda_owned *o = (bk_cuda_owned *)p;
+  std::lock_guard<std::mutex> g(owned_lock);
+  if (!o->c) {
+    bk__host_free(o);
+    return;
+  }
+  o->released = 1;
+  __atomic_fetch_add(&o->c->owned_released, 1, __ATOMIC_RELEASE);
+}
+
+/* Frees the released blocks, stream-ordered on the side stream (never
+ * captured), so it neither synchronizes nor touches a capture in progress. */
+static void owned_reap(bk_cuda_ctx *c) {
+  if (__atomic_load_n(&c->owned_released, __ATOMIC_ACQUIRE) == 0) return;
+  bk_cuda_owned *done = NULL;
+  {
+    std::lock_guard<std::mutex> g(owned_lock);
+    for (bk_cuda_owned **pp = &c->owned; *pp;) {
+      bk_cuda_owned *o = *pp;
+      if (o->released) {
+        *pp = o->next;
+        o->next = done;
+        done = o;
+      } else {
+        pp = &o->next;
+      }
+    }
+    __atomic_store_n(&c->owned_released, 0, __ATOMIC_RELEASE);
+  }
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  while (done) {
+    bk_cuda_owned *next = done->next;
+    (void)cudaFreeAsync(done->ptr, c->side_stream);
+    bk__host_free(done);
+    done = next;
+  }
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  (void)cudaGetLastError();
+}
+
+/* The context goes: every block is freed (a graph still alive past its
+ * context breaks the documented rule; its release then only frees its
+ * record). */
+static void owned_fini(bk_cuda_ctx *c) {
+  bk_cuda_owned *all = NULL;
+  {
+    std::lock_guard<std::mutex> g(owned_lock);
+    for (bk_cuda_owned *o = c->owned, *next; o; o = next) {
+      next = o->next;
+      if (o->released) {
+        o->next = all;
+        all = o;
+      } else {
+        if (c->side_stream) (void)cudaFreeAsync(o->ptr, c->side_stream);
+        o->c = NULL;
+      }
+    }
+    c->owned = NULL;
+  }
+  for (bk_cuda_owned *o = all, *next; o; o = next) {
+    next = o->next;
+    (void)cudaFreeAsync(o->ptr, c->side_stream);
+    bk__host_free(o);
+  }
+  if (c->side_stream) {
+    (void)cudaStreamSynchronize(c->side_stream);
+    (void)cudaStreamDestroy(c->side_stream);
+  }
+}
+
+extern "C" BK_API int64_t bk__cuda_graph_blocks(bk_context *ctx) {
+  if (!ctx || bk_context_device(ctx).kind != BK_DEVICE_CUDA) return -1;
+  std::lock_guard<std::mutex> g(owned_lock);
+  int64_t n = 0;
+  for (const bk_cuda_owned *o = bk_cu(ctx)->owned; o; o = o->next) n++;
+  return n;
+}
+
+static bool owned_has(const bk_cuda_ctx *c, const void *ptr) {
+  for (const bk_cuda_owned *o = c->owned; o; o = o->next)
+    if (o->ptr == ptr) return true;
+  return false;
+}
+
+/* *dev <- a device copy of `bytes` of host data, made now and owned by the
+ * graph that the context's stream is capturing: a replay reads the data of
+ * capture time and the graph has no allocation or copy node for it. The
+ * block is allocated and filled on the side stream, which is then waited
+ * for, with the thread's capture mode relaxed for these calls (they are
+ * not part of the capture). bk__cuda_scratch_free leaves it alone. */
+static bk_status owned_upload(bk_context *ctx, const char *fn, const void *host, size_t bytes,
+                              void **dev) {
+  if (bk__inject_should_fail())
+    return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of device memory", bytes);
+  bk_cuda_ctx *c = bk_cu(ctx);
+  bk_cuda_owned *o =
+      (bk_cuda_owned *)bk__host_zalloc(fn, "record of a captured graph's data", 1, sizeof *o);
+  if (!o) return BK_ERR_OUT_OF_MEMORY;
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t err = cudaSuccess;
+  const char *what = "cudaStreamCreateWithFlags";
+  if (!c->side_stream) err = cudaStreamCreateWithFlags(&c->side_stream, cudaStreamNonBlocking);
+  void *p = NULL;
+  if (err == cudaSuccess) {
+    what = "cudaMallocAsync";
+    err = cudaMallocAsync(&p, bytes, c->side_stream);
+  }
+  if (err == cudaSuccess) {
+    what = "cudaMemcpyAsync";
+    err = cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, c->side_stream);
+  }
+  if (err == cudaSuccess) {
+    what = "cudaStreamSynchronize";
+    err = cudaStreamSynchronize(c->side_stream);
+  }
+  if (err != cudaSuccess && p) (void)cudaFreeAsync(p, c->side_stream);
+  (void)cudaThreadExchangeStreamCaptureMode(&mode);
+  if (err != cudaSuccess) {
+    bk__host_free(o);
+    return bk__cuda_status(err, fn, what);
+  }
+  o->ptr = p;
+  o->c = c;
+  {
+    std::lock_guard<std::mutex> g(owned_lock);
+    o->next = c->owned;
+    c->owned = o;
+  }
+  /* From here the record is on the list: a failure below releases the
+   * user object (or marks the record released), and the next reap frees
+   * the block. */
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = NULL;
+  cudaUserObject_t obj = NULL;
+  err = cudaStreamGetCaptureInfo(c->stream, &cs, NULL, &graph);
+  what = "cudaStreamGetCaptureInfo";
+  if (err == cudaSuccess && (cs != cudaStreamCaptureStatusActive || !graph))
+    err = cudaErrorStreamCaptureInvalidated;
+  if (err == cudaSuccess) {
+    what = "cudaUserObjectCreate";
+    err = cudaUserObjectCreate(&obj, o, owned_release, 1, cudaUserObjectNoDestructorSync);
+    if (err == cudaSuccess) {
+      what = "cudaGraphRetainUserObject";
+      err = cudaGraphRetainUserObject(graph, obj, 1, cudaGraphUserObjectMove);
+      if (err != cudaSuccess) (void)cudaUserObjectRelease(obj, 1); /* runs owned_release */
+    }
+  }
+  if (err != cudaSuccess) {
+    if (!obj) owned_release(o);
+    return bk__cuda_status(err, fn, what);
+  }
+  *dev = p;
+  return BK_OK;
+}
+
 static void cuda_context_fini(bk_context *ctx) {
   bk_cuda_ctx *c = bk_cu(ctx);
   if (!c) return;
@@ -141,6 +313,7 @@ static void cuda_context_fini(bk_context *ctx) {
   if (c->cublas) (void)cublasDestroy((cublasHandle_t)c->cublas);
   if (c->cudnn) (void)cudnnDestroy((cudnnHandle_t)c->cudnn);
   if (c->flag) (void)cudaFree(c->flag);
+  owned_fini(c);
   bk__host_free(c->inline_host);
   for (int i = 0; i < BK_CUDA_STAGE_SLOTS; i++) {
     if (c->stage[i].host) (void)cudaFreeHost(c->stage[i].host);
@@ -194,9 +367,9 @@ bool bk__cuda_func_prepare(bk_context *ctx, const void *kern, int dyn_smem, int 
   cudaFuncAttributes fa;
   bool ok = cudaFuncGetAttributes(&fa, kern) == cudaSuccess;
   const int dyn = dyn_smem >= 0 ? dyn_smem : c->facts.smem_optin - (int)fa.sharedSizeBytes;
-  ok = ok && dyn > 0 &&
-       cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, dyn) ==
-           cudaSuccess &&
+  ok = ok && (dyn_smem == 0 ||
+              (dyn > 0 && cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               dyn) == cudaSuccess)) &&
        (carveout < 0 || cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
                                              carveout) == cudaSuccess) &&
        (!nonportable ||
@@ -213,6 +386,97 @@ bool bk__cuda_func_prepare(bk_context *ctx, const void *kern, int dyn_smem, int 
   }
   if (ok && static_smem) *static_smem = fa.sharedSizeBytes;
   return ok;
+}
+
+/* Open addressing by kernel address and launch shape; a full table still
+ * answers, only without remembering. */
+int bk__cuda_occupancy(bk_context *ctx, const void *kern, int threads, size_t smem, int csize) {
+  bk_cuda_ctx *c = bk_cu(ctx);
+  const uintptr_t h = (((uintptr_t)kern >> 4) ^ ((uintptr_t)threads << 20) ^ (uintptr_t)smem ^
+                       ((uintptr_t)csize << 40)) *
+                      (uintptr_t)0x9E3779B97F4A7C15ull;
+  bk_cuda_occ *slot = NULL;
+  for (int probe = 0; probe < BK_CUDA_OCC_SLOTS; probe++) {
+    bk_cuda_occ *o = &c->occ[(h + (uintptr_t)probe) % BK_CUDA_OCC_SLOTS];
+    if (!o->kern) {
+      slot = o;
+      break;
+    }
+    if (o->kern == kern && o->threads == threads && o->smem == smem && o->csize == csize)
+      return o->value;
+  }
+  int value = 0;
+  cudaError_t err;
+  if (csize == 0) {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&value, kern, threads, smem);
+  } else {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)csize;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)csize, 1, 1);
+    cfg.blockDim = dim3((unsigned)threads, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = c->stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    err = cudaOccupancyMaxActiveClusters(&value, kern, &cfg);
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    value = 0;
+  }
+  if (value < 0) value = 0;
+  if (slot) {
+    slot->kern = kern;
+    slot->threads = threads;
+    slot->smem = smem;
+    slot->csize = csize;
+    slot->value = value;
+  }
+  return value;
+}
+
+/* The shared-memory capacities (KB per multiprocessor) that compute
+ * capability 9.0 can be configured with; the driver rounds a carveout
+ * percentage up to the next of them. */
+static const int CARVEOUT_KB_SM90[] = {0, 8, 16, 32, 64, 100, 132, 164, 196, 228};
+
+/* The carveout percentage for `need` bytes of shared memory on a
+ * multiprocessor that holds at most per_sm. Without snap: need / per_sm
+ * rounded up. With snap: the smallest capacity of the table that holds
+ * need, asked for as the largest percentage that still rounds up to it;
+ * rounding need up can step past that capacity when need sits just below
+ * it (two 4096-column float64 blocks take 195 KB, and 86% of 228 KB is just
+ * over 196 KB, so the driver would take 228 KB). snap acts only when per_sm
+ * is the largest capacity of the table (a compute capability 9.0 device). */
+static int carveout_pct(int64_t need, int per_sm, bool snap) {
+  int64_t pct = (need * 100 + per_sm - 1) / per_sm;
+  const int n = (int)(sizeof(CARVEOUT_KB_SM90) / sizeof(CARVEOUT_KB_SM90[0]));
+  if (snap && (int64_t)CARVEOUT_KB_SM90[n - 1] * 1024 == (int64_t)per_sm) {
+    for (int i = 0; i < n; ++i) {
+      const int64_t cap = (int64_t)CARVEOUT_KB_SM90[i] * 1024;
+      if (cap >= need) {
+        pct = cap * 100 / per_sm;
+        break;
+      }
+    }
+  }
+  return pct > 100 ? 100 : (int)pct;
+}
+
+bool bk__cuda_func_fit(bk_context *ctx, const void *kern, int bytes, int blocks, int nonportable,
+                       bool snap) {
+  const bk_cuda_facts *dev = &bk_cu(ctx)->facts;
+  size_t fixed = 0;
+  if (dev->smem_per_sm <= 0 || !bk__cuda_func_prepare(ctx, kern, bytes, -1, nonportable, &fixed))
+    return false;
+  const int64_t need = (int64_t)blocks * ((int64_t)bytes + (int64_t)fixed + dev->smem_reserved);
+  (void)bk__cuda_func_prepare(ctx, kern, bytes, carveout_pct(need, dev->smem_per_sm, snap),
+                              nonportable, NULL); /* the carveout is a hint only */
+  return true;
 }
 
 /* ---- streams ------------------------------------------------------------- */
@@ -301,6 +565,7 @@ static bk_status device_alloc(bk_alloc_site *site, bk_context *ctx, const char *
     return bk__fail(BK_ERR_OUT_OF_MEMORY, fn, "cannot allocate %zu bytes of device memory", bytes);
   bk_cuda_ctx *c = bk_cu(ctx);
   BK_CUDA_TRY(enter(c), fn, "cudaSetDevice");
+  owned_reap(c);
   void *p = NULL;
   cudaError_t err = cudaMallocAsync(&p, bytes, c->stream);
   if (err != cudaSuccess) {
@@ -328,7 +593,7 @@ bk_status bk__cuda_scratch(bk_context *ctx, const char *fn, size_t bytes, void *
 }
 
 void bk__cuda_scratch_free(bk_context *ctx, void *ptr) {
-  if (ptr) cuda_mem_free(ctx, ptr);
+  if (ptr && !owned_has(bk_cu(ctx), ptr)) cuda_mem_free(ctx, ptr);
 }
 
 /* Host data goes through pinned staging so the copy can be asynchronous
@@ -424,7 +689,17 @@ bk_status bk__cuda_upload_begin(bk_context *ctx, const char *fn, size_t bytes, v
 bk_status bk__cuda_upload_finish(bk_context *ctx, const char *fn, int slot, size_t bytes,
                                  void **dev) {
   void *d = NULL;
-  bk_status st = bk__cuda_scratch(ctx, fn, bytes, &d);
+  bool capturing = false;
+  bk_status st = BK_OK;
+  if (slot == BK_STAGE_INLINE) st = bk__cuda_capturing(ctx, fn, &capturing);
+  if (capturing) {
+    st = owned_upload(ctx, fn, bk_cu(ctx)->inline_host, bytes, &d);
+    bk__host_free(bk_cu(ctx)->inline_host);
+    bk_cu(ctx)->inline_host = NULL;
+    if (st == BK_OK) *dev = d;
+    return st;
+  }
+  if (st == BK_OK) st = bk__cuda_scratch(ctx, fn, bytes, &d);
   if (st == BK_OK) {
     if (slot == BK_STAGE_INLINE)
       st = inline_copy(ctx, fn, d, bk_cu(ctx)->inline_host, bytes);

@@ -17,6 +17,8 @@
 #ifndef BK_CUDA_CLUSTER_XCHG_CUH
 #define BK_CUDA_CLUSTER_XCHG_CUH
 
+#include "cuda_internal.h"
+
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -131,16 +133,13 @@ static inline cudaLaunchConfig_t cx_cluster_config(cudaLaunchAttribute *attr, in
   return cfg;
 }
 
-/* How many clusters of cfg can be resident at once: 0, with the error
- * cleared, when none can or the query fails. */
+/* How many clusters of cfg can be resident at once, read once per context
+ * and launch shape (bk__cuda_occupancy): 0, with the error cleared, when
+ * none can or the query fails. */
 template <typename K>
-static inline int cx_active_clusters(K kern, const cudaLaunchConfig_t &cfg) {
-  int active = 0;
-  if (cudaOccupancyMaxActiveClusters(&active, kern, &cfg) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return active;
+static inline int cx_active_clusters(bk_context *ctx, K kern, const cudaLaunchConfig_t &cfg) {
+  return bk__cuda_occupancy(ctx, (const void *)kern, (int)cfg.blockDim.x, cfg.dynamicSmemBytes,
+                            (int)cfg.attrs[0].val.clusterDim.x);
 }
 
 #endif

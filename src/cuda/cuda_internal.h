@@ -48,7 +48,28 @@ typedef struct bk_cuda_func {
   int ok;             /* the attributes were accepted */
 } bk_cuda_func;
 
-#define BK_CUDA_FUNC_SLOTS 64
+#define BK_CUDA_FUNC_SLOTS 256
+
+/* One occupancy answer cached per context (bk__cuda_occupancy). */
+typedef struct bk_cuda_occ {
+  const void *kern;
+  int threads, csize;
+  size_t smem;
+  int value;
+} bk_cuda_occ;
+
+#define BK_CUDA_OCC_SLOTS 256
+
+/* A device block that holds host data given to a call during a capture,
+ * owned by the captured graph through a CUDA user object
+ * (bk__cuda_upload_finish): freed on the context's side stream once the
+ * graph and its executable graphs have released it, or with the context. */
+typedef struct bk_cuda_owned {
+  void *ptr;
+  struct bk_cuda_owned *next;
+  int released;          /* the graph has released it (under the owners' lock) */
+  struct bk_cuda_ctx *c; /* NULL once the context is gone */
+} bk_cuda_owned;
 
 typedef struct bk_cuda_ctx {
   int device;
@@ -75,6 +96,14 @@ typedef struct bk_cuda_ctx {
   int *flag;
   /* Kernels whose attributes were set, open-addressed by kernel address. */
   bk_cuda_func func[BK_CUDA_FUNC_SLOTS];
+  /* Occupancy answers, open-addressed by kernel address and launch shape. */
+  bk_cuda_occ occ[BK_CUDA_OCC_SLOTS];
+  /* Blocks of host data owned by captured graphs, the stream they are
+   * allocated and freed on (created on first capture, never captured), and
+   * how many the graphs have released and wait to be freed. */
+  bk_cuda_owned *owned;
+  cudaStream_t side_stream;
+  int owned_released;
   /* The axis engine's strategy asked for by a test (bk__cuda_axis_force);
    * 0: the planner's. */
   int axis_force;
@@ -147,8 +176,9 @@ bk_status bk__cuda_capturing(bk_context *ctx, const char *fn, bool *capturing);
  * captured), with nothing queued, so the capture stays valid. */
 bk_status bk__cuda_refuse_capture(bk_context *ctx, const char *fn, const char *what);
 
-/* Sets kern's dynamic shared memory limit (dyn_smem > 0, or -1 for all
- * that a block may opt in to beside the kernel's static memory), its preferred
+/* Sets kern's dynamic shared memory limit (dyn_smem > 0, -1 for all that
+ * a block may opt in to beside the kernel's static memory, or 0 to leave
+ * it), its preferred
  * carveout (percent, or -1 to leave it) and, with nonportable, permission
  * for clusters above 8 CTAs, once per context and kernel: later calls with
  * the same values only read the cache. *static_smem (may be NULL) gets the
@@ -156,6 +186,23 @@ bk_status bk__cuda_refuse_capture(bk_context *ctx, const char *fn, const char *w
  * the device refuses the attributes. */
 bool bk__cuda_func_prepare(bk_context *ctx, const void *kern, int dyn_smem, int carveout,
                            int nonportable, size_t *static_smem);
+
+/* How many blocks of kern (threads, smem dynamic bytes) one multiprocessor
+ * holds (csize 0), or how many clusters of csize such blocks the device
+ * holds at once (csize >= 1, cluster launch), once per context and launch
+ * shape: later calls only read the cache. 0, with the CUDA error cleared,
+ * when none fit or the query fails. */
+int bk__cuda_occupancy(bk_context *ctx, const void *kern, int threads, size_t smem, int csize);
+
+/* Lets kern use `bytes` of dynamic shared memory (with nonportable, in
+ * clusters above 8 CTAs) and asks for the carveout that holds `blocks`
+ * such blocks per multiprocessor, from the context's device facts and the
+ * kernel's static memory: need / per_sm rounded up, or with snap the
+ * smallest capacity of the device's carveout table that holds need (see
+ * bk__cuda_carveout_pct). Once per context and kernel, through
+ * bk__cuda_func_prepare. False when the size cannot be set. */
+bool bk__cuda_func_fit(bk_context *ctx, const void *kern, int bytes, int blocks, int nonportable,
+                       bool snap);
 
 /* Blocks per grid for a grid-stride kernel of `threads` threads a block over
  * `work` items: enough to fill the device, no more than the work needs. */

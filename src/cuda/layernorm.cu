@@ -794,13 +794,8 @@ static int ln_threads(int64_t cols, int ept, int cap) {
 template <typename K>
 static int64_t ln_resident_blocks(bk_context *ctx, K kernel, int threads, int64_t units,
                                   size_t smem = 0) {
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) !=
-          cudaSuccess ||
-      per_sm < 1) {
-    (void)cudaGetLastError();
-    per_sm = 1;
-  }
+  int per_sm = bk__cuda_occupancy(ctx, (const void *)kernel, threads, smem, 0);
+  if (per_sm < 1) per_sm = 1;
   const int64_t cap = (int64_t)per_sm * bk_cu(ctx)->sm_count;
   return units < cap ? units : cap;
 }
@@ -906,8 +901,7 @@ static bk_status ln_fwd_wide(bk_context *ctx, const char *fn, const T *x, const 
   /* Clusters above 8 CTAs need the non-portable size attribute and may not
    * fit the device's partitions; retry with at most 8. */
   if (p.csize > 8) {
-    if (rc_ok(cudaFuncSetAttribute(ln_fwd_wide_kernel<T, true>,
-                                   cudaFuncAttributeNonPortableClusterSizeAllowed, 1))) {
+    if (bk__cuda_func_prepare(ctx, (const void *)ln_fwd_wide_kernel<T, true>, 0, -1, 1, NULL)) {
       const bk_status st = ln_wide_launch<T, true>(ctx, fn, x, gamma, beta, out, nrm, inv_std,
                                                    rows, cols, eps, p, done);
       if (st != BK_OK || *done) return st;
@@ -920,10 +914,6 @@ static bk_status ln_fwd_wide(bk_context *ctx, const char *fn, const T *x, const 
   return ln_wide_launch<T, true>(ctx, fn, x, gamma, beta, out, nrm, inv_std, rows, cols, eps, p,
                                  done);
 }
-
-/* Defined with the launchers below. */
-template <typename K>
-static bool ln_smem_fit(K kernel, int bytes, int blocks, int device, bool snap);
 
 /* Rows a resident cluster of ln_fwd_xchg_kernel takes at most before the
  * launch adds clusters that follow the first ones as they finish. */
@@ -951,12 +941,10 @@ static bk_status ln_xchg_launch(bk_context *ctx, const char *fn, const T *x, con
   auto kern = ln_fwd_xchg_kernel<T, THREADS, KREG, MINB>;
   const int64_t sl = (cols / VEC + C - 1) / C;
   if (sl > cap) return BK_OK;
-  if (!ln_smem_fit(kern, cap * 16, MINB, bk_cu(ctx)->device, true) ||
-      !rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)))
-    return BK_OK;
+  if (!bk__cuda_func_fit(ctx, (const void *)kern, cap * 16, MINB, 1, true)) return BK_OK;
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg = cx_cluster_config(attr, C, THREADS, (size_t)sl * 16, bk_stream(ctx));
-  const int active = cx_active_clusters(kern, cfg);
+  const int active = cx_active_clusters(ctx, kern, cfg);
   if (active < 1) return BK_OK;
   const int64_t A = active;
   const int64_t waves = (rows + A * LN_XC_ROWS - 1) / (A * LN_XC_ROWS);
@@ -1061,56 +1049,6 @@ static bk_status ln_forward_launch(bk_context *ctx, const char *fn, const T *x, 
             x, gamma, beta, out, nrm, inv_std, rows, cols, eps);
   }
   return bk__cuda_launched(fn, "ln_fwd_rows_kernel");
-}
-
-/* The shared-memory capacities (KB per multiprocessor) that compute
- * capability 9.0 can be configured with; the driver rounds a carveout
- * percentage up to the next of them. */
-static const int LN_CARVEOUT_KB[] = {0, 8, 16, 32, 64, 100, 132, 164, 196, 228};
-
-/* The carveout percentage for `need` bytes of shared memory on a
- * multiprocessor that holds at most per_sm. Without snap: need / per_sm
- * rounded up. With snap: the smallest capacity of LN_CARVEOUT_KB that holds
- * need, asked for as the largest percentage that still rounds up to it;
- * rounding need up can step past that capacity when need sits just below
- * it (two 4096-column float64 blocks take 195 KB, and 86% of 228 KB is just
- * over 196 KB, so the driver would take 228 KB). snap acts only when per_sm
- * is the largest capacity of the list. */
-static int ln_carveout_pct(int64_t need, int per_sm, bool snap) {
-  int64_t pct = (need * 100 + per_sm - 1) / per_sm;
-  const int n = (int)(sizeof(LN_CARVEOUT_KB) / sizeof(LN_CARVEOUT_KB[0]));
-  if (snap && (int64_t)LN_CARVEOUT_KB[n - 1] * 1024 == (int64_t)per_sm) {
-    for (int i = 0; i < n; ++i) {
-      const int64_t cap = (int64_t)LN_CARVEOUT_KB[i] * 1024;
-      if (cap >= need) {
-        pct = cap * 100 / per_sm;
-        break;
-      }
-    }
-  }
-  return pct > 100 ? 100 : (int)pct;
-}
-
-/* Lets `kernel` use `bytes` of dynamic shared memory and asks for the
- * smallest shared-memory carveout that still holds `blocks` such blocks per
- * multiprocessor (a fixed value per kernel and device; snap as in
- * ln_carveout_pct), leaving the rest of the unified memory to L1. False
- * when the size cannot be set. */
-template <typename K>
-static bool ln_smem_fit(K kernel, int bytes, int blocks, int device, bool snap) {
-  int per_sm = 0, reserved = 0;
-  cudaFuncAttributes fa;
-  if (!rc_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) ||
-      !rc_ok(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
-                                    device)) ||
-      !rc_ok(cudaFuncGetAttributes(&fa, kernel)) || per_sm <= 0)
-    return false;
-  if (!rc_ok(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device)))
-    reserved = 1024;
-  const int64_t need = (int64_t)blocks * ((int64_t)bytes + (int64_t)fa.sharedSizeBytes + reserved);
-  (void)rc_ok(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                   ln_carveout_pct(need, per_sm, snap))); /* a hint only */
-  return true;
 }
 
 /* ---- entry ---------------------------------------------------------------------------------- */

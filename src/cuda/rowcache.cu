@@ -692,23 +692,14 @@ static bk_status rcx_launch(bk_context *ctx, const char *fn, const T *x, const T
   if (C < 2 || sl > cap || rows * C < RCX_FILL_PER_SM * sm) return BK_OK;
 
   auto kern = rcx_softmax_kernel<T, MASKED, SPLIT, THREADS, KREG, MINB>;
-  /* The attributes are set once per context: first the size and the
-   * cluster permission (which tell the kernel's static memory), then the
-   * carveout that follows from them, a hint only. */
-  const bk_cuda_facts *dev = &bk_cu(ctx)->facts;
-  size_t fixed = 0;
-  if (dev->smem_per_sm <= 0 ||
-      !bk__cuda_func_prepare(ctx, (const void *)kern, (int)smem_max, -1, 1, &fixed))
-    return BK_OK;
-  const int64_t need = (int64_t)MINB * (smem_max + (int64_t)fixed + dev->smem_reserved);
-  const int64_t pct = (need * 100 + dev->smem_per_sm - 1) / dev->smem_per_sm;
-  (void)bk__cuda_func_prepare(ctx, (const void *)kern, (int)smem_max, (int)(pct < 100 ? pct : 100),
-                              1, NULL);
+  /* The attributes are set once per context: the size, the cluster
+   * permission and the carveout that follows from them. */
+  if (!bk__cuda_func_fit(ctx, (const void *)kern, (int)smem_max, MINB, 1, false)) return BK_OK;
 
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg =
       cx_cluster_config(attr, C, THREADS, (size_t)(ops * sl * 16), bk_stream(ctx));
-  const int active = cx_active_clusters(kern, cfg);
+  const int active = cx_active_clusters(ctx, kern, cfg);
   if (active < 1) return BK_OK;
   int64_t ncl = active;
   const int64_t fill = (RCX_FILL_PER_SM * sm + C - 1) / C;
@@ -779,7 +770,7 @@ static bk_status rc_softmax(bk_context *ctx, const void *x, const void *mask, vo
    * not fit the device's partitions; retry with at most 8. */
   auto kern = rc_softmax_kernel<T, MASKED, true>;
   if (p.csize > 8) {
-    if (rc_ok(cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1))) {
+    if (bk__cuda_func_prepare(ctx, (const void *)kern, 0, -1, 1, NULL)) {
       const bk_status st = rc_launch<T, MASKED, true>(ctx, fn, xt, mt, yt, rows, cols, p, done);
       if (st != BK_OK || *done) return st;
     }

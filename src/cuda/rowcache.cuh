@@ -153,7 +153,7 @@ static bool rc_launch_rows(bk_context *ctx, void (*kern)(P...), int64_t rows, in
   cudaLaunchConfig_t cfg = cx_cluster_config(attr, csize, threads, smem, bk_stream(ctx));
   cfg.gridDim = dim3((unsigned)(units * csize), 1, 1);
   if (!cluster) cfg.numAttrs = 0;
-  if (cluster && cx_active_clusters(kern, cfg) < 1) return false;
+  if (cluster && cx_active_clusters(ctx, kern, cfg) < 1) return false;
   return rc_ok(cudaLaunchKernelEx(&cfg, kern, args...));
 }
 

@@ -649,7 +649,7 @@ static bool xg_cluster_launch(bk_context *ctx, K kern, int64_t C, int threads, i
                               int64_t cols, int64_t sl) {
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg = cx_cluster_config(attr, C, threads, (size_t)smem, bk_stream(ctx));
-  const int active = cx_active_clusters(kern, cfg);
+  const int active = cx_active_clusters(ctx, kern, cfg);
   if (active < 1) return false; /* this size cannot run here */
   const int64_t want = (rows + XG_MIN_ROWS - 1) / XG_MIN_ROWS;
   int64_t ncl = active;
@@ -688,14 +688,8 @@ static bk_status xg_launch(bk_context *ctx, const char *fn, const T *S, const T 
   while (C < XG_MAX_CLUSTER && C * target < 2 * nvec * 16) C <<= 1;
   if (C < 2) return BK_OK; /* one block holds the row pair: the register paths read it once */
   auto kern = xent_grad_cluster_kernel<T>;
-  cudaError_t err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)XG_SMEM_MAX);
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError(); /* not an error of the call: another path serves it */
-    return BK_OK;
-  }
+  /* A refusal is not an error of the call: another path serves it. */
+  if (!bk__cuda_func_prepare(ctx, (const void *)kern, (int)XG_SMEM_MAX, -1, 1, NULL)) return BK_OK;
   for (; C >= 2 && rows * C >= 2 * sm; C >>= 1) {
     const int64_t sl = (nvec + C - 1) / C;
     const int64_t bytes = NST * 2 * sl * 16;
@@ -738,29 +732,8 @@ static bk_status xg64_launch(bk_context *ctx, const char *fn, const double *S, c
   const int64_t sl = (nvec + C - 1) / C;
   if (C < 2 || sl > cap || rows * C < min_blocks) return BK_OK;
   auto kern = xent_grad_cluster64_kernel<THREADS, KREG, NST, MINB>;
-  const int device = bk_cu(ctx)->device;
-  int per_sm = 0, reserved = 0;
-  cudaFuncAttributes fa;
-  if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_max) !=
-          cudaSuccess ||
-      cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
-          cudaSuccess ||
-      cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
-          cudaSuccess ||
-      cudaFuncGetAttributes(&fa, kern) != cudaSuccess || per_sm <= 0) {
-    (void)cudaGetLastError(); /* not an error of the call: another path serves it */
-    return BK_OK;
-  }
-  if (cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) !=
-      cudaSuccess) {
-    (void)cudaGetLastError();
-    reserved = 1024;
-  }
-  const int64_t need = (int64_t)MINB * (smem_max + (int64_t)fa.sharedSizeBytes + reserved);
-  const int64_t pct = (need * 100 + per_sm - 1) / per_sm;
-  if (cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           (int)(pct < 100 ? pct : 100)) != cudaSuccess)
-    (void)cudaGetLastError(); /* a hint only */
+  /* A refusal is not an error of the call: another path serves it. */
+  if (!bk__cuda_func_fit(ctx, (const void *)kern, (int)smem_max, MINB, 1, false)) return BK_OK;
   if (!xg_cluster_launch(ctx, kern, C, THREADS, NST * 2 * sl * 16, short_rows, S, Tt, y, rows,
                          cols, sl))
     return BK_OK;
