@@ -4,10 +4,11 @@
  * bk_rows_masked_softmax (its kernels are the softmax row engine in
  * softmax.cu). Top-k masks are in topk.cu.
  *
- * Reductions (sum, max, first max): rows of at most 128 16-byte vectors in
- * lane groups (2..32 lanes per row, up to four vectors per lane, all loaded
- * before use), a warp per row for other short rows, a block per row
- * otherwise, 16-byte loads when the pointers and the row length allow, four
+ * Reductions (sum, max, first max): rows of at most 128 16-byte vectors or
+ * 256 single elements (rows or pointers not aligned) in lane groups (1..32
+ * lanes per row, four vectors or eight elements per lane in flight over one
+ * to eight rows), a warp per row for other rows up to 1024 columns, a block
+ * per row otherwise, 16-byte loads when the pointers and the row length allow, four
  * loads in flight per thread. Few long rows are split into chunks reduced by
  * separate blocks, then folded per row in chunk order.
  * Sums accumulate in float64 for both dtypes. Max and first max carry
@@ -248,94 +249,108 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
+/* Slots of a lane in the narrow-row kernel: vectors of its rows in flight,
+ * 64 bytes of 16-byte vectors, 32 (float32) or 64 (float64) of single
+ * elements, within the 32 registers that keep eight blocks resident. */
+template <int VEC> static __host__ __device__ constexpr int rw_slots() { return VEC == 1 ? 8 : 4; }
+
 /*
- * Narrow rows of nvec <= 4*G 16-byte vectors (G = 2..32 lanes per row, a
- * power of two): a warp reduces 32/G rows at once. Lane q of a group holds
- * vectors q, q+G, q+2G, q+3G of its row, all loaded before any is used, so
- * each warp load reads G*16 contiguous bytes of every row (whole sectors) and
- * a lane has up to 64 bytes in flight, where a warp per row would leave most
- * lanes idle. A lane folds its elements in index order with the same Op as
- * the wide kernels, then the group combines by xor shuffles with offsets
- * below G (every lane of the warp takes part; rows past the end carry the
- * identity). SUM and MAX: the group leaders write y[r], consecutive rows of
- * the warp in one store. FIRST: every lane writes its vectors of the one-hot
- * row; the leader's first element is x[r, 0] (its NaN test).
+ * Narrow rows, nvec <= 32*S vectors (of VEC elements: 16 bytes, or one
+ * element when the rows or pointers are not 16-byte aligned), S =
+ * rw_slots<VEC>(): G = min(32, pow2ceil(ceil(nvec / S))) lanes per row and
+ * C = pow2ceil(ceil(nvec / G)) <= S vectors per lane, so a warp holds P =
+ * 32/G rows at a time and each lane keeps R = S/C rows in flight: all S
+ * loads are issued before the first is used. Step k of warp unit w takes
+ * rows w*P*R + k*P + lane/G, so one load instruction covers G adjacent
+ * vectors of each of P adjacent rows. Lane g of a group owns the vectors g
+ * + i*G of its row and folds its elements in index order with the same Op
+ * as the wide kernels (the maxima with a 32-bit column, fewer registers);
+ * the group then combines by xor shuffles with offsets below G (every lane
+ * of the warp takes part; rows past the end carry the identity). SUM and
+ * MAX: the group leaders write y[r]. FIRST: every lane writes its vectors
+ * of the one-hot row; the leader's first element is x[r, 0] (its NaN test).
  */
-template <typename T, int VEC, int OP, int G>
+template <typename T, int VEC, int OP, int G, int C>
 static __global__ void __launch_bounds__(256, 8)
-    rows_group_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int64_t cols) {
+    rows_narrow_kernel(const T *__restrict__ x, T *__restrict__ y, int64_t rows, int64_t cols) {
   using Op = rw_op<T, OP>;
   using A = typename Op::A;
-  constexpr int NV = 4, RPW = 32 / G;
-  const int lane = (int)(threadIdx.x & 31u), q = lane & (G - 1);
+  constexpr int R = rw_slots<VEC>() / C, P = 32 / G;
+  const int lane = (int)(threadIdx.x & 31u), g = lane & (G - 1);
   const int nvec = (int)(cols / VEC);
-  const int64_t units = (rows + RPW - 1) / RPW;
+  const int64_t per_unit = (int64_t)P * R;
+  const int64_t units = (rows + per_unit - 1) / per_unit;
   const int64_t wpb = (int64_t)(blockDim.x >> 5);
-  const int64_t nwarps = (int64_t)gridDim.x * wpb;
-  for (int64_t u = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5); u < units;
-       u += nwarps) {
-    /* u is uniform across the warp, so every lane reaches every shuffle. */
-    const int64_t r = u * RPW + lane / G;
-    const bool valid = r < rows;
-    const T *xr = x + (valid ? r : 0) * cols;
-    T v[NV][VEC];
+  const int64_t wstep = (int64_t)gridDim.x * wpb;
+  for (int64_t w = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5); w < units;
+       w += wstep) {
+    /* w is uniform across the warp, so every lane reaches every shuffle. */
+    const int64_t r0 = w * per_unit + lane / G;
+    T v[R][C][VEC];
 #pragma unroll
-    for (int n = 0; n < NV; ++n) {
-      if (valid && q + G * n < nvec) {
-        bk_vload<VEC>(xr + (int64_t)(q + G * n) * VEC, v[n]);
+    for (int k = 0; k < R; ++k) {
+      const int64_t r = r0 + (int64_t)k * P;
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int q = i * G + g;
+        if (r < rows && q < nvec) {
+          bk_vload<VEC>(x + r * cols + (int64_t)q * VEC, v[k][i]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) v[k][i][e] = (T)0;
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t r = r0 + (int64_t)k * P;
+      const bool valid = r < rows;
+      A a = Op::identity();
+      if constexpr (OP == RW_SUM) {
+#pragma unroll
+        for (int i = 0; i < C; ++i)
+          if (valid && i * G + g < nvec)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) Op::add(a, v[k][i][e], 0);
       } else {
+        /* Op::add with a 32-bit column (bi < 0: the empty pair). */
+        T bv = (T)-INFINITY;
+        int bi = -1;
 #pragma unroll
-        for (int e = 0; e < VEC; ++e) v[n][e] = (T)0;
-      }
-    }
-    A a = Op::identity();
-    if constexpr (OP == RW_SUM) {
+        for (int i = 0; i < C; ++i)
+          if (valid && i * G + g < nvec)
 #pragma unroll
-      for (int n = 0; n < NV; ++n) {
-        if (valid && q + G * n < nvec) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) Op::add(a, v[n][e], 0);
-        }
-      }
-    } else {
-      /* Op::add with a 32-bit column (bi < 0: the empty pair), fewer registers. */
-      T bv = (T)-INFINITY;
-      int bi = -1;
-#pragma unroll
-      for (int n = 0; n < NV; ++n) {
-        if (valid && q + G * n < nvec) {
-#pragma unroll
-          for (int e = 0; e < VEC; ++e) {
-            const T xv = v[n][e];
-            if (xv > bv || (bi < 0 && xv == xv)) {
-              bv = xv;
-              bi = (q + G * n) * VEC + e;
+            for (int e = 0; e < VEC; ++e) {
+              const T xv = v[k][i][e];
+              if (xv > bv || (bi < 0 && xv == xv)) {
+                bv = xv;
+                bi = (i * G + g) * VEC + e;
+              }
             }
-          }
-        }
+        a.v = bv;
+        a.i = bi < 0 ? RW_NONE : (int64_t)bi;
       }
-      a.v = bv;
-      a.i = bi < 0 ? RW_NONE : (int64_t)bi;
-    }
 #pragma unroll
-    for (int off = G / 2; off > 0; off >>= 1) a = Op::combine(a, Op::shfl_xor(a, off));
-    if constexpr (OP == RW_SUM) {
-      if (valid && q == 0) y[r] = (T)a;
-    } else if constexpr (OP == RW_MAX) {
-      if (valid && q == 0) y[r] = a.v;
-    } else {
-      const T x0 = __shfl_sync(RW_FULL_MASK, v[0][0], lane - q);
-      /* A row with x[r, 0] not NaN has a non-empty pair, below cols. */
-      const int idx = x0 != x0 ? 0 : (int)a.i;
-      if (valid) {
-        T *yr = y + r * cols;
+      for (int off = G / 2; off > 0; off >>= 1) a = Op::combine(a, Op::shfl_xor(a, off));
+      if constexpr (OP == RW_SUM) {
+        if (valid && g == 0) y[r] = (T)a;
+      } else if constexpr (OP == RW_MAX) {
+        if (valid && g == 0) y[r] = a.v;
+      } else {
+        const T x0 = __shfl_sync(RW_FULL_MASK, v[k][0][0], lane - g);
+        /* A row with x[r, 0] not NaN has a non-empty pair, below cols. */
+        const int idx = x0 != x0 ? 0 : (int)a.i;
+        if (valid) {
+          T *yr = y + r * cols;
 #pragma unroll
-        for (int n = 0; n < NV; ++n) {
-          if (q + G * n < nvec) {
-            T o[VEC];
+          for (int i = 0; i < C; ++i) {
+            const int q = i * G + g;
+            if (q < nvec) {
+              T o[VEC];
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) o[e] = ((q + G * n) * VEC + e == idx) ? (T)1 : (T)0;
-            bk_vstore_cs<VEC>(yr + (int64_t)(q + G * n) * VEC, o);
+              for (int e = 0; e < VEC; ++e) o[e] = (q * VEC + e == idx) ? (T)1 : (T)0;
+              bk_vstore_cs<VEC>(yr + (int64_t)q * VEC, o);
+            }
           }
         }
       }
@@ -345,17 +360,36 @@ static __global__ void __launch_bounds__(256, 8)
 
 /* ---- launchers ----------------------------------------------------------------------- */
 
-/* Narrow rows in lane groups of G: one warp per 32/G rows, eight warps a
- * block, at most 32 blocks per SM (the warps then loop over the rest). */
-template <typename T, int VEC, int OP, int G>
-static bk_status rows_group_launch(bk_context *ctx, const char *fn, const T *x, T *y, int64_t rows,
-                                   int64_t cols) {
-  const int64_t units = (rows + 32 / G - 1) / (32 / G);
+/* Narrow rows (nvec <= 32 * rw_slots): lane groups of G = the smallest
+ * power of two with G * S >= nvec; C = S vectors per lane for G > 1 (then
+ * nvec > G * S / 2), else pow2ceil(nvec) (see rows_narrow_kernel). Eight
+ * warps a block, at most 32 blocks per SM (the warps then loop). */
+template <typename T, int VEC, int OP, int G, int C>
+static bk_status rows_narrow_queue(bk_context *ctx, const char *fn, const T *x, T *y,
+                                   int64_t rows, int64_t cols) {
+  constexpr int64_t per_warp = (int64_t)(32 / G) * (rw_slots<VEC>() / C);
+  const int64_t units = (rows + per_warp - 1) / per_warp;
   const int64_t cap = 32 * (int64_t)bk_cu(ctx)->sm_count;
   const int64_t blocks = (units + 7) / 8 < cap ? (units + 7) / 8 : cap;
-  rows_group_kernel<T, VEC, OP, G>
+  rows_narrow_kernel<T, VEC, OP, G, C>
       <<<bk_cuda_grid(blocks), 256, 0, bk_stream(ctx)>>>(x, y, rows, cols);
-  return bk__cuda_launched(fn, "rows_group_kernel");
+  return bk__cuda_launched(fn, "rows_narrow_kernel");
+}
+
+template <typename T, int VEC, int OP>
+static bk_status rows_narrow_launch(bk_context *ctx, const char *fn, const T *x, T *y,
+                                    int64_t rows, int64_t cols) {
+  constexpr int S = rw_slots<VEC>();
+  const int64_t nvec = cols / VEC;
+  if (nvec <= 1) return rows_narrow_queue<T, VEC, OP, 1, 1>(ctx, fn, x, y, rows, cols);
+  if (nvec <= 2) return rows_narrow_queue<T, VEC, OP, 1, 2>(ctx, fn, x, y, rows, cols);
+  if (nvec <= 4) return rows_narrow_queue<T, VEC, OP, 1, 4>(ctx, fn, x, y, rows, cols);
+  if (nvec <= S) return rows_narrow_queue<T, VEC, OP, 1, S>(ctx, fn, x, y, rows, cols);
+  if (nvec <= 2 * S) return rows_narrow_queue<T, VEC, OP, 2, S>(ctx, fn, x, y, rows, cols);
+  if (nvec <= 4 * S) return rows_narrow_queue<T, VEC, OP, 4, S>(ctx, fn, x, y, rows, cols);
+  if (nvec <= 8 * S) return rows_narrow_queue<T, VEC, OP, 8, S>(ctx, fn, x, y, rows, cols);
+  if (nvec <= 16 * S) return rows_narrow_queue<T, VEC, OP, 16, S>(ctx, fn, x, y, rows, cols);
+  return rows_narrow_queue<T, VEC, OP, 32, S>(ctx, fn, x, y, rows, cols);
 }
 
 template <typename T, int VEC, int OP>
@@ -390,16 +424,8 @@ static bk_status rows_reduce_launch(bk_context *ctx, const char *fn, const T *x,
     bk__cuda_scratch_free(ctx, scratch);
     return st;
   }
-  if constexpr (VEC > 1) {
-    /* At most four vectors per lane: the fewest lanes of 2, 4, .., 32 per row. */
-    if (nvec <= 128) {
-      if (nvec <= 8) return rows_group_launch<T, VEC, OP, 2>(ctx, fn, x, y, rows, cols);
-      if (nvec <= 16) return rows_group_launch<T, VEC, OP, 4>(ctx, fn, x, y, rows, cols);
-      if (nvec <= 32) return rows_group_launch<T, VEC, OP, 8>(ctx, fn, x, y, rows, cols);
-      if (nvec <= 64) return rows_group_launch<T, VEC, OP, 16>(ctx, fn, x, y, rows, cols);
-      return rows_group_launch<T, VEC, OP, 32>(ctx, fn, x, y, rows, cols);
-    }
-  }
+  if (nvec <= 32 * rw_slots<VEC>())
+    return rows_narrow_launch<T, VEC, OP>(ctx, fn, x, y, rows, cols);
   if (cols <= 1024) {
     rows_reduce_kernel<T, VEC, true, OP>
         <<<bk_cuda_grid((rows + 7) / 8), 256, 0, stream>>>(x, y, rows, cols);

@@ -24,6 +24,9 @@
  * then the sum of exponentials, then the terms exactly as contract §3.2 words
  * them (w*(lse - x), or w*lse - w*x when lse - x is not finite), so those
  * rows get the contract's IEEE results.
+ * Narrow rows (at most 64 vectors of 16 bytes, or 64 single elements when
+ * not aligned) run in lane groups of 1-32 lanes, several rows in flight
+ * per lane (xent_loss_narrow_kernel, xent_grad_narrow_kernel).
  * Row losses are summed per block in a fixed order into a scratch array,
  * then one block folds the array in a fixed order in float64 and writes the
  * single result: deterministic, no atomics. A grid of one block (a few
@@ -132,10 +135,17 @@ static __device__ __forceinline__ A xe_warp_allreduce(A v, Op op) {
   return v;
 }
 
+/* WARP: over groups of G lanes (a power of two up to 32; every lane of the
+ * warp takes part, each group gets its own result); else over the block
+ * (G is then ignored). */
 template <bool WARP, typename A, typename Op>
-static __device__ __forceinline__ A xe_allreduce(A v, Op op, A *sh) {
-  v = xe_warp_allreduce(v, op);
-  if constexpr (!WARP) {
+static __device__ __forceinline__ A xe_allreduce(A v, Op op, A *sh, int G = 32) {
+  if constexpr (WARP) {
+    if (G == 32) return xe_warp_allreduce(v, op);
+    for (int off = G / 2; off > 0; off >>= 1) v = op(v, xe_shfl(v, off));
+    return v;
+  } else {
+    v = xe_warp_allreduce(v, op);
     const int lane = (int)(threadIdx.x & 31), warp = (int)(threadIdx.x >> 5);
     const int nw = (int)(blockDim.x >> 5);
     __syncthreads();
@@ -143,8 +153,8 @@ static __device__ __forceinline__ A xe_allreduce(A v, Op op, A *sh) {
     __syncthreads();
     v = sh[0];
     for (int w = 1; w < nw; ++w) v = op(v, sh[w]);
+    return v;
   }
-  return v;
 }
 
 template <bool WARP>
@@ -532,12 +542,12 @@ static __device__ __forceinline__ void xe_stream_db(State &st, const double *a, 
  * maxima (written into out.v), and the group's bad flag. */
 template <bool WARP, typename T>
 static __device__ __forceinline__ void xe_group_state(const xe_wm_state<T> &st, xe_stat &out,
-                                                      xe_shared<T> &sh) {
-  const T M = xe_allreduce<WARP>(st.m, xe_max(), sh.m);
+                                                      xe_shared<T> &sh, int G = 32) {
+  const T M = xe_allreduce<WARP>(st.m, xe_max(), sh.m, G);
   xe_tri v{0.0, 0.0, 0.0};
   if (st.m != (T)-INFINITY)
     v = xe_tri{st.s * (double)xe_exp(st.m - M), st.W, st.A + ((double)st.m - (double)M) * st.W};
-  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3);
+  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3, G);
   out.v[0] = (double)M;
   out.v[1] = v.a;
   out.v[2] = v.b;
@@ -547,15 +557,15 @@ static __device__ __forceinline__ void xe_group_state(const xe_wm_state<T> &st, 
 
 template <bool WARP, typename T>
 static __device__ __forceinline__ void xe_group_state(const xe_tl_state<T> &st, xe_stat &out,
-                                                      xe_shared<T> &sh) {
-  const xe_pair<T> M = xe_allreduce<WARP>(xe_pair<T>{st.mS, st.mT}, xe_max(), sh.m2);
+                                                      xe_shared<T> &sh, int G = 32) {
+  const xe_pair<T> M = xe_allreduce<WARP>(xe_pair<T>{st.mS, st.mT}, xe_max(), sh.m2, G);
   xe_tri v{0.0, 0.0, 0.0};
   if (st.mS != (T)-INFINITY) {
     const double f = (double)xe_exp(st.mT - M.b);
     v = xe_tri{st.sS * (double)xe_exp(st.mS - M.a), st.sT * f,
                f * (st.u + ((double)st.mS - (double)M.a) * st.sT)};
   }
-  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3);
+  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3, G);
   out.v[0] = (double)M.a;
   out.v[1] = v.a;
   out.v[2] = (double)M.b;
@@ -636,7 +646,7 @@ static __device__ double xe_wm_literal(const T *xr, const T *wr, int64_t nvec, i
 #pragma unroll
     for (int e = 0; e < VEC; ++e) m = xe_fmax(m, t[e]);
   }
-  const double M = (double)xe_allreduce<WARP>(m, xe_max(), sh.m);
+  const double M = (double)xe_allreduce<WARP>(m, xe_max(), sh.m, (int)G);
   double s = 0.0;
   for (int64_t q = g; q < nvec; q += G) {
     T t[VEC];
@@ -644,7 +654,7 @@ static __device__ double xe_wm_literal(const T *xr, const T *wr, int64_t nvec, i
 #pragma unroll
     for (int e = 0; e < VEC; ++e) s += exp((double)t[e] - M);
   }
-  const double lse = M + log(xe_allreduce<WARP>(s, xe_sum(), sh.d));
+  const double lse = M + log(xe_allreduce<WARP>(s, xe_sum(), sh.d, (int)G));
   double a = 0.0;
   for (int64_t q = g; q < nvec; q += G) {
     T t[VEC], w[VEC];
@@ -657,7 +667,7 @@ static __device__ double xe_wm_literal(const T *xr, const T *wr, int64_t nvec, i
       a += isfinite(d) ? wt * d : xe_mul0(wt, lse) - xe_mul0(wt, x);
     }
   }
-  return xe_allreduce<WARP>(a, xe_sum(), sh.d);
+  return xe_allreduce<WARP>(a, xe_sum(), sh.d, (int)G);
 }
 
 template <bool WARP, typename T, int VEC>
@@ -671,7 +681,7 @@ static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, i
 #pragma unroll
     for (int e = 0; e < VEC; ++e) m = xe_max()(m, xe_pair<T>{a[e], b[e]});
   }
-  m = xe_allreduce<WARP>(m, xe_max(), sh.m2);
+  m = xe_allreduce<WARP>(m, xe_max(), sh.m2, (int)G);
   const double MS = (double)m.a, MT = (double)m.b;
   xe_tri v{0.0, 0.0, 0.0};
   for (int64_t q = g; q < nvec; q += G) {
@@ -684,7 +694,7 @@ static __device__ double xe_tl_literal(const T *sr, const T *tr, int64_t nvec, i
       v = xe_sum()(v, xe_tri{exp(ds), et, xe_mul0(et, ds)});
     }
   }
-  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3);
+  v = xe_allreduce<WARP>(v, xe_sum(), sh.d3, (int)G);
   return log(v.a) - v.c / v.b;
 }
 
@@ -754,6 +764,90 @@ static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 :
     }
   } else {
     if (threadIdx.x == 0) xe_block_result(part, y, acc, rows);
+  }
+}
+
+/*
+ * Row losses of narrow rows, nvec <= 2*G vectors: G = min(32, pow2ceil of
+ * half of nvec) lanes per row, C = 1 or 2 vectors per lane and operand, so
+ * a warp holds P = 32/G rows at a time and each lane keeps R = 4/C rows in
+ * flight (all their loads issued before the first is used). Step k of warp
+ * unit w takes rows w*P*R + k*P + lane/G: one load instruction covers P
+ * adjacent rows. Each lane folds its vectors into the row state, and the
+ * group reduces it as xent_loss_rows_kernel's warps do (same state and
+ * formulas), every lane of the warp in step. A group whose row holds a
+ * non-finite (or, float64, out-of-range) value takes the literal
+ * evaluation; when any group of a warp does, the whole warp runs it in
+ * step and only those groups keep its result. Each block writes the sum of
+ * its rows' losses to part[blockIdx.x] (or the mean, for a grid of one
+ * block): the groups' sums in group order, each in visiting order.
+ */
+template <typename T, int VEC, int KIND, int C>
+static __global__ void __launch_bounds__(256)
+    xent_loss_narrow_kernel(const T *__restrict__ a, const T *__restrict__ b,
+                            double *__restrict__ part, T *__restrict__ y, int64_t rows,
+                            int64_t cols, int G) {
+  using State = typename std::conditional<KIND == XE_WMEAN, xe_wm_state<T>, xe_tl_state<T>>::type;
+  constexpr int R = 4 / C;
+  __shared__ xe_shared<T> sh; /* unused by lane groups: the literal paths' signature */
+  __shared__ double sh_grp[256];
+  const int lane = (int)(threadIdx.x & 31u), g = lane & (G - 1);
+  const int P = 32 / G;
+  const int64_t nvec = cols / VEC;
+  const int64_t per_unit = (int64_t)P * R;
+  const int64_t units = (rows + per_unit - 1) / per_unit;
+  const int64_t wpb = (int64_t)(blockDim.x >> 5);
+  const int64_t wstep = (int64_t)gridDim.x * wpb;
+  double acc = 0.0;
+  for (int64_t w = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5); w < units;
+       w += wstep) {
+    const int64_t r0 = w * per_unit + lane / G;
+    T va[R][C][VEC], vb[R][C][VEC];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t r = r0 + (int64_t)k * P;
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int64_t q = (int64_t)i * G + g;
+        if (r < rows && q < nvec) {
+          bk_vload<VEC>(a + r * cols + q * VEC, va[k][i]);
+          bk_vload<VEC>(b + r * cols + q * VEC, vb[k][i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t r = r0 + (int64_t)k * P;
+      const bool valid = r < rows;
+      State st;
+      st.init();
+#pragma unroll
+      for (int i = 0; i < C; ++i)
+        if (valid && (int64_t)i * G + g < nvec) st.template add_batch<VEC>(va[k][i], vb[k][i]);
+      int bad = st.bad ? 1 : 0;
+      for (int off = G / 2; off > 0; off >>= 1) bad |= __shfl_xor_sync(XE_FULL_MASK, bad, off);
+      xe_stat rs;
+      xe_group_state<true>(st, rs, sh, G);
+      double loss = xe_finish(KIND, rs);
+      if (__any_sync(XE_FULL_MASK, bad)) {
+        const int64_t rr = valid ? r : 0, nv = valid ? nvec : 0;
+        double lit;
+        if constexpr (KIND == XE_WMEAN)
+          lit = xe_wm_literal<true, T, VEC>(a + rr * cols, b + rr * cols, nv, g, G, sh);
+        else
+          lit = xe_tl_literal<true, T, VEC>(a + rr * cols, b + rr * cols, nv, g, G, sh);
+        if (bad) loss = lit;
+      }
+      if (valid) acc += loss;
+    }
+  }
+  if (g == 0) sh_grp[threadIdx.x / G] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int ng = (int)blockDim.x / G;
+    double s = sh_grp[0];
+    for (int i = 1; i < ng; ++i) s += sh_grp[i];
+    xe_block_result(part, y, s, rows);
   }
 }
 
@@ -1060,6 +1154,103 @@ static int xe_block_threads(int64_t nvec) {
   return threads;
 }
 
+
+/*
+ * y = (softmax(S_r) - softmax(T_r)) / rows for narrow rows, nvec <= 2*G
+ * vectors: the lane groups of xent_loss_narrow_kernel (G lanes per row, C
+ * vectors per lane and operand, R = 4/C rows in flight per lane), the
+ * formulas of xent_grad_rows_kernel: maxima ignoring NaN, exponentials in T
+ * against them, float64 sums, (T)(1/(rows*sum)) factors.
+ */
+template <typename T, int VEC, int C>
+static __global__ void __launch_bounds__(256)
+    xent_grad_narrow_kernel(const T *__restrict__ S, const T *__restrict__ Tt, T *__restrict__ y,
+                            int64_t rows, int64_t cols, int G) {
+  constexpr int R = 4 / C;
+  __shared__ xe_shared<T> sh; /* unused by lane groups */
+  const T ninf = (T)-INFINITY;
+  const int lane = (int)(threadIdx.x & 31u), g = lane & (G - 1);
+  const int P = 32 / G;
+  const int64_t nvec = cols / VEC;
+  const int64_t per_unit = (int64_t)P * R;
+  const int64_t units = (rows + per_unit - 1) / per_unit;
+  const int64_t wpb = (int64_t)(blockDim.x >> 5);
+  const int64_t wstep = (int64_t)gridDim.x * wpb;
+  const double inv_rows = 1.0 / (double)rows;
+  for (int64_t w = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5); w < units;
+       w += wstep) {
+    const int64_t r0 = w * per_unit + lane / G;
+    T vs[R][C][VEC], vt[R][C][VEC];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t r = r0 + (int64_t)k * P;
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int64_t q = (int64_t)i * G + g;
+        if (r < rows && q < nvec) {
+          bk_vload<VEC>(S + r * cols + q * VEC, vs[k][i]);
+          bk_vload<VEC>(Tt + r * cols + q * VEC, vt[k][i]);
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+      const int64_t r = r0 + (int64_t)k * P;
+      const bool valid = r < rows;
+      xe_pair<T> m{ninf, ninf};
+#pragma unroll
+      for (int i = 0; i < C; ++i)
+        if (valid && (int64_t)i * G + g < nvec)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) m = xe_max()(m, xe_pair<T>{vs[k][i][e], vt[k][i][e]});
+      const xe_pair<T> M = xe_allreduce<true>(m, xe_max(), sh.m2, G);
+      xe_pair<double> s{0.0, 0.0};
+#pragma unroll
+      for (int i = 0; i < C; ++i)
+        if (valid && (int64_t)i * G + g < nvec)
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) {
+            const T es = xe_exp(vs[k][i][e] - M.a), et = xe_exp(vt[k][i][e] - M.b);
+            vs[k][i][e] = es;
+            vt[k][i][e] = et;
+            s.a += (double)es;
+            s.b += (double)et;
+          }
+      const xe_pair<double> Ssum = xe_allreduce<true>(s, xe_sum(), sh.d2, G);
+      const T as = (T)(inv_rows / Ssum.a), at = (T)(inv_rows / Ssum.b);
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        const int64_t q = (int64_t)i * G + g;
+        if (valid && q < nvec) {
+          T o[VEC];
+#pragma unroll
+          for (int e = 0; e < VEC; ++e) o[e] = vs[k][i][e] * as - vt[k][i][e] * at;
+          bk_vstore_cs<VEC>(y + r * cols + q * VEC, o);
+        }
+      }
+    }
+  }
+}
+
+/* Lane groups for narrow rows (xent_*_narrow_kernel): G = min(32,
+ * pow2ceil(ceil(nvec / 2))) lanes, C = ceil(nvec / G) <= 2 vectors per lane. */
+static void xe_narrow_plan(int64_t nvec, int *G, int *C) {
+  int g = 1;
+  while (2 * (int64_t)g < nvec && g < 32) g <<= 1;
+  *G = g;
+  *C = nvec > g ? 2 : 1;
+}
+
+/* Blocks of 256 threads for narrow rows: enough for the units, at most 32
+ * per multiprocessor (the warps then loop). */
+static int64_t xe_narrow_blocks(bk_context *ctx, int64_t rows, int G, int C) {
+  const int64_t per_warp = (int64_t)(32 / G) * (4 / C);
+  const int64_t units = (rows + per_warp - 1) / per_warp;
+  const int64_t cap = 32 * (int64_t)bk_cu(ctx)->sm_count;
+  const int64_t blocks = (units + 7) / 8;
+  return blocks < cap ? (blocks < 1 ? 1 : blocks) : cap;
+}
+
 template <typename T, int VEC, int KIND>
 static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, const T *b, T *y,
                                   int64_t rows, int64_t cols) {
@@ -1087,6 +1278,30 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
     }
     if (st == BK_OK) {
       xent_final_kernel<T><<<1, 1024, 0, stream>>>(loss, rows, y, rows);
+      st = bk__cuda_launched(fn, "xent_final_kernel");
+    }
+    bk__cuda_scratch_free(ctx, scratch);
+    return st;
+  }
+  if (nvec <= 64) {
+    /* Narrow rows: lane groups, several rows in flight per lane. */
+    int G, C;
+    xe_narrow_plan(nvec, &G, &C);
+    const int64_t blocks = xe_narrow_blocks(ctx, rows, G, C);
+    if (blocks > 1) {
+      st = bk__cuda_scratch(ctx, fn, (size_t)blocks * sizeof(double), &scratch);
+      if (st != BK_OK) return st;
+    }
+    double *part = (double *)scratch;
+    if (C == 1)
+      xent_loss_narrow_kernel<T, VEC, KIND, 1>
+          <<<(unsigned)blocks, 256, 0, stream>>>(a, b, part, y, rows, cols, G);
+    else
+      xent_loss_narrow_kernel<T, VEC, KIND, 2>
+          <<<(unsigned)blocks, 256, 0, stream>>>(a, b, part, y, rows, cols, G);
+    st = bk__cuda_launched(fn, "xent_loss_narrow_kernel");
+    if (st == BK_OK && blocks > 1) {
+      xent_final_kernel<T><<<1, 1024, 0, stream>>>(part, blocks, y, rows);
       st = bk__cuda_launched(fn, "xent_final_kernel");
     }
     bk__cuda_scratch_free(ctx, scratch);
@@ -1159,6 +1374,16 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
     }
     bk__cuda_scratch_free(ctx, scratch);
     return st;
+  }
+  if (nvec <= 64) {
+    int G, C;
+    xe_narrow_plan(nvec, &G, &C);
+    const unsigned blocks = (unsigned)xe_narrow_blocks(ctx, rows, G, C);
+    if (C == 1)
+      xent_grad_narrow_kernel<T, VEC, 1><<<blocks, 256, 0, stream>>>(S, Tt, y, rows, cols, G);
+    else
+      xent_grad_narrow_kernel<T, VEC, 2><<<blocks, 256, 0, stream>>>(S, Tt, y, rows, cols, G);
+    return bk__cuda_launched(fn, "xent_grad_narrow_kernel");
   }
   if (cols <= 32 * EPT) {
     xent_grad_rows_kernel<T, VEC, true>
