@@ -321,16 +321,18 @@ static void first_max_errors(void) { matrix_errors(call_first_max); }
 
 /* ---- narrow rows (the CUDA lane-group reduction) ------------------------------------ */
 
-/* Widths around the CUDA lane-group kernel's choices (2 to 32 lanes per row
- * of at most four 16-byte vectors each; partly filled last vectors; the
- * first width past it; odd widths on the scalar path) and row counts that
- * leave a warp partly filled. Row 0 is all NaN, row 1 starts with NaN, row 2
+/* Widths around the CUDA lane-group kernel's choices (1 to 32 lanes per
+ * row, four 16-byte vectors or eight single elements a lane, one to eight
+ * rows in flight; partly filled last vectors; the first widths past it, on
+ * the warp-per-row path) and row counts that leave a warp's rows in flight
+ * partly filled. Row 0 is all NaN, row 1 starts with NaN, row 2
  * is all -inf, row 3 is -0 then +0, row 4 holds its maximum only in its last
  * entry; the rest mix ties, signed zeros, infinities and NaN. */
 static void rows_narrow(void) {
-  static const int64_t widths[] = {4, 8, 16, 32, 36, 64, 68, 100, 128, 132,
-                                   256, 260, 512, 516, 33, 250};
-  static const int64_t row_counts[] = {5, 37};
+  static const int64_t widths[] = {1,   2,   3,   4,   5,   7,   8,   9,   12,  15,  16,
+                                   17,  20,  31,  32,  33,  36,  63,  64,  65,  68,  100,
+                                   127, 128, 129, 132, 250, 255, 256, 257, 260, 512, 516};
+  static const int64_t row_counts[] = {5, 37, 300};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {

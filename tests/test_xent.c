@@ -552,6 +552,73 @@ static void teacher_late_max(void) {
 
 /* Every allocation the calls make fails in turn: BK_ERR_OUT_OF_MEMORY, out
  * NULL, no buffer left behind. */
+/* ---- narrow rows (the CUDA lane groups) ----------------------------------------------- */
+
+/* Widths around the CUDA lane groups' choices for rows of up to 64 vectors
+ * (1 to 32 lanes, one or two vectors a lane; single elements for widths
+ * that are not a multiple of the vector, 16-byte vectors for the others;
+ * the first widths past them), with row counts that leave a warp's rows in
+ * flight partly filled. Row 5 holds a -inf logit with weight 0 (and a -inf
+ * in both teacher operands), which sends its lane group, and only it, to
+ * the literal evaluation: the loss stays finite and the other rows keep
+ * the fast formulas. */
+static void narrow_edges(void) {
+  static const int64_t widths[] = {1,  2,  3,  4,  5,  7,   8,   9,   15,  16,  17, 31,
+                                   32, 33, 63, 64, 65, 127, 128, 129, 252, 256, 260};
+  static const int64_t row_counts[] = {37, 300};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+      for (size_t rc = 0; rc < sizeof row_counts / sizeof row_counts[0]; rc++) {
+        const int64_t rows = row_counts[rc], cols = widths[wi], n = rows * cols;
+        double *x = tl_xmalloc((size_t)n * sizeof *x), *w = tl_xmalloc((size_t)n * sizeof *w);
+        tl_seed(700 + 10 * wi + rc);
+        for (int64_t i = 0; i < n; i++) x[i] = 3 * tl_randn();
+        tl_fill_uniform(w, n, 0, 1);
+        const int64_t lit = 5 * cols + cols / 2;
+        x[lit] = -INFINITY;
+        w[lit] = 0;
+        tl_round(dt, x, n);
+        tl_round(dt, w, n);
+        /* The contract's terms: w*(lse - x), or w*lse - w*x with 0*inf = 0. */
+        double total = 0, mag = 0;
+        for (int64_t r = 0; r < rows; r++) {
+          const double *xr = x + r * cols, *wr = w + r * cols;
+          const double m = ref_row_max(xr, cols);
+          double sum = 0;
+          for (int64_t c = 0; c < cols; c++) sum += exp(xr[c] - m);
+          const double lse = m + log(sum);
+          for (int64_t c = 0; c < cols; c++) {
+            const double dd = lse - xr[c];
+            const double t = isfinite(dd) ? wr[c] * dd : mul0(wr[c], lse) - mul0(wr[c], xr[c]);
+            total += t;
+            mag += fabs(t);
+          }
+        }
+        const double want = total / (double)rows;
+        bk_buffer *bx = tl_buf(dt, x, n), *bw = tl_buf(dt, w, n), *y = NULL, *y2 = NULL;
+        if (TL_OK(bk_xent_weighted_mean(tl_ctx, bx, bw, rows, cols, &y)) == BK_OK) {
+          TL_BUF_CLOSE(y, &want, 1, tl_tol_red(dt), mag / (double)rows);
+          if (TL_OK(bk_xent_weighted_mean(tl_ctx, bx, bw, rows, cols, &y2)) == BK_OK)
+            TL_CHECK(tl_same_bits(y, y2), "%s %" PRId64 "x%" PRId64 ": not deterministic",
+                     tl_dtname(dt), rows, cols);
+        }
+        bk_buffer_release(y);
+        bk_buffer_release(y2);
+        bk_buffer_release(bx);
+        bk_buffer_release(bw);
+        /* The teacher pair: x as the student, w's logits as the teacher, both
+         * -inf at the same entry of row 5. */
+        for (int64_t i = 0; i < n; i++) w[i] = 2 * tl_randn();
+        w[lit] = -INFINITY;
+        teacher_check(dt, x, w, rows, cols, NULL, 0);
+        free(x);
+        free(w);
+      }
+    }
+  }
+}
+
 static void xent_alloc_failures(void) {
   double x[6] = {1, 2, 3, 4, 5, 6};
   bk_buffer *b = tl_buf(BK_F64, x, 6);
@@ -591,6 +658,7 @@ int main(void) {
   TL_RUN(teacher_errors);
   TL_RUN(teacher_wide);
   TL_RUN(teacher_late_max);
+  TL_RUN(narrow_edges);
   TL_RUN(xent_alloc_failures);
   return tl_finish();
 }
