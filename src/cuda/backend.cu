@@ -8,6 +8,7 @@
  * context_synchronize, a stream change and mem_download, and those three
  * refuse to run while the stream is being captured into a CUDA graph.
  */
+#include "cluster_xchg.cuh"
 #include "cuda_internal.h"
 
 #include "../core/hooks.h"
@@ -411,17 +412,7 @@ int bk__cuda_occupancy(bk_context *ctx, const void *kern, int threads, size_t sm
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&value, kern, threads, smem);
   } else {
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)csize;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)csize, 1, 1);
-    cfg.blockDim = dim3((unsigned)threads, 1, 1);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = c->stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    const cudaLaunchConfig_t cfg = cx_cluster_config(attr, csize, threads, smem, c->stream);
     err = cudaOccupancyMaxActiveClusters(&value, kern, &cfg);
   }
   if (err != cudaSuccess) {

@@ -767,6 +767,30 @@ static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 :
   }
 }
 
+/* The loads of a lane of the narrow kernels, all issued before any is
+ * used: vector i of rows r0 + k*P (k < R) of both operands, at vector index
+ * i*G + g; entries past the rows or the row are left unset (never read). */
+template <typename T, int VEC, int R, int C>
+static __device__ __forceinline__ void xe_narrow_load(const T *__restrict__ a,
+                                                      const T *__restrict__ b,
+                                                      T (&va)[R][C][VEC], T (&vb)[R][C][VEC],
+                                                      int64_t r0, int P, int G, int g,
+                                                      int64_t rows, int64_t cols) {
+  const int64_t nvec = cols / VEC;
+#pragma unroll
+  for (int k = 0; k < R; ++k) {
+    const int64_t r = r0 + (int64_t)k * P;
+#pragma unroll
+    for (int i = 0; i < C; ++i) {
+      const int64_t q = (int64_t)i * G + g;
+      if (r < rows && q < nvec) {
+        bk_vload<VEC>(a + r * cols + q * VEC, va[k][i]);
+        bk_vload<VEC>(b + r * cols + q * VEC, vb[k][i]);
+      }
+    }
+  }
+}
+
 /*
  * Row losses of narrow rows, nvec <= 2*G vectors: G = min(32, pow2ceil of
  * half of nvec) lanes per row, C = 1 or 2 vectors per lane and operand, so
@@ -803,18 +827,7 @@ static __global__ void __launch_bounds__(256)
        w += wstep) {
     const int64_t r0 = w * per_unit + lane / G;
     T va[R][C][VEC], vb[R][C][VEC];
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const int64_t r = r0 + (int64_t)k * P;
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        const int64_t q = (int64_t)i * G + g;
-        if (r < rows && q < nvec) {
-          bk_vload<VEC>(a + r * cols + q * VEC, va[k][i]);
-          bk_vload<VEC>(b + r * cols + q * VEC, vb[k][i]);
-        }
-      }
-    }
+    xe_narrow_load<T, VEC, R, C>(a, b, va, vb, r0, P, G, g, rows, cols);
 #pragma unroll
     for (int k = 0; k < R; ++k) {
       const int64_t r = r0 + (int64_t)k * P;
@@ -1181,18 +1194,7 @@ static __global__ void __launch_bounds__(256)
        w += wstep) {
     const int64_t r0 = w * per_unit + lane / G;
     T vs[R][C][VEC], vt[R][C][VEC];
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-      const int64_t r = r0 + (int64_t)k * P;
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
-        const int64_t q = (int64_t)i * G + g;
-        if (r < rows && q < nvec) {
-          bk_vload<VEC>(S + r * cols + q * VEC, vs[k][i]);
-          bk_vload<VEC>(Tt + r * cols + q * VEC, vt[k][i]);
-        }
-      }
-    }
+    xe_narrow_load<T, VEC, R, C>(S, Tt, vs, vt, r0, P, G, g, rows, cols);
 #pragma unroll
     for (int k = 0; k < R; ++k) {
       const int64_t r = r0 + (int64_t)k * P;
