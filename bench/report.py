@@ -11,6 +11,11 @@ docs/PERFORMANCE.md.
     python3 bench/report.py --bench bench.jsonl --vs vs.json > tables.md
     python3 bench/report.py --sweep-bench sweep-f32.jsonl --sweep-bench sweep-f64.jsonl \
         --sweep-vs vs-sweep-f32.json --sweep-vs vs-sweep-f64.json --plots plots > sweep.md
+    python3 bench/report.py --before old-f32.jsonl --after new-f32.jsonl > change.md
+
+--before/--after compare two sweeps of the same seed, run one after the other on the same
+machine (the code before and after a change): per primitive, the fractions of copy and the
+ratio of the times, and every shape that got slower by more than 3%.
 
 The sweep summary gives, per primitive and dtype, the minimum, median and geometric mean of the
 fraction of the same-run copy bandwidth (from the C harness when given, else from the bufkern
@@ -270,6 +275,52 @@ def combined_plot(shapes, path):
     return path
 
 
+def load_times(paths):
+    """(primitive, dtype, class, index) -> (ms, fraction of copy, shape) from the JSON lines of
+    `bufkern bench --sweep --json`, for the shapes that ran."""
+    out = {}
+    for path in paths:
+        for line in open(path):
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if "primitive" in r and r["status"] == 0:
+                out[_key(r["primitive"], r["dtype"], r["class"], r["index"])] = (
+                    r["ms"], r["frac_copy"], r["shape"])
+    return out
+
+
+def compare_table(before_paths, after_paths, worse=0.97):
+    """Two sweeps of the same seed (the code before and after a change, run one after the
+    other): per primitive and dtype the fraction of copy (min / median) before and after, over
+    the large shapes and over all, and the ratio of times before / after (min / median / max,
+    above 1 = faster now); then every shape whose ratio is below `worse`."""
+    before, after = load_times(before_paths), load_times(after_paths)
+    keys = sorted(k for k in after if k in before)
+    out = ["| primitive | dtype | shapes | before: % of copy min / median (large) | after (large) "
+           "| before (all) | after (all) | time before / after: min / median / max |",
+           "|---|---|---|---|---|---|---|---|"]
+    groups = {}
+    for k in keys:
+        groups.setdefault(k[:2], []).append(k)
+    mm = lambda v: f"{100 * min(v):.0f} / {100 * statistics.median(v):.0f}" if v else "-"
+    for (prim, dt), ks in groups.items():
+        large = [k for k in ks if k[2] == "large"]
+        r = [before[k][0] / after[k][0] for k in ks]
+        out.append(f"| {prim} | {dt} | {len(ks)} | {mm([before[k][1] for k in large])} "
+                   f"| {mm([after[k][1] for k in large])} | {mm([before[k][1] for k in ks])} "
+                   f"| {mm([after[k][1] for k in ks])} "
+                   f"| {min(r):.2f} / {statistics.median(r):.2f} / {max(r):.2f} |")
+    slower = [k for k in keys if before[k][0] / after[k][0] < worse]
+    out.append("")
+    out.append(f"Shapes slower after than before by more than {100 * (1 - worse):.0f}%: "
+               f"{len(slower)} of {len(keys)}.")
+    for k in slower:
+        out.append(f"- {k[0]} {k[1]} {k[2]} {k[3]} ({after[k][2]}): {before[k][0]:.4g} -> "
+                   f"{after[k][0]:.4g} ms, {100 * before[k][1]:.1f}% -> {100 * after[k][1]:.1f}% of copy")
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bench", help="JSON lines from `bufkern bench --json`")
@@ -280,7 +331,16 @@ def main():
                     help="JSON from bench/vs_torch.py --sweep --json (repeatable)")
     ap.add_argument("--plots", help="with the sweep: write PNG plots into this directory")
     ap.add_argument("--combined-plot", help="with the sweep: one PNG of every primitive (this file)")
+    ap.add_argument("--before", action="append", default=[],
+                    help="JSON lines of `bufkern bench --sweep --json` from the code before a change "
+                         "(repeatable); with --after, a before/after table of the same seed")
+    ap.add_argument("--after", action="append", default=[],
+                    help="the same from the code after the change (repeatable)")
     a = ap.parse_args()
+    if a.before and a.after:
+        print("### Before and after, the same shapes (`bufkern bench --sweep`)\n")
+        print(compare_table(a.before, a.after))
+        print()
     if a.bench:
         print("### `bufkern bench` (C harness, CUDA events)\n")
         print(bench_table(a.bench))
