@@ -188,7 +188,7 @@ static void owned_reap(bk_cuda_ctx *c) {
  * context breaks the documented rule; its release then only frees its
  * record). */
 static void owned_fini(bk_cuda_ctx *c) {
-  bk_cuda_owned *all = NULL;
+  bk_cuda_owned *all = NULL, *orphans = NULL;
   {
     std::lock_guard<std::mutex> g(owned_lock);
     for (bk_cuda_owned *o = c->owned, *next; o; o = next) {
@@ -197,17 +197,27 @@ static void owned_fini(bk_cuda_ctx *c) {
         o->next = all;
         all = o;
       } else {
-        if (c->side_stream) (void)cudaFreeAsync(o->ptr, c->side_stream);
+        /* The graph's release frees this record; a copy of it keeps the
+         * block for the free below, outside the lock. */
+        bk_cuda_owned *copy = (bk_cuda_owned *)bk__host_alloc("bk_context_destroy",
+                                                              "record of a graph's data", 1,
+                                                              sizeof *copy);
+        if (copy) {
+          copy->ptr = o->ptr;
+          copy->next = orphans;
+          orphans = copy;
+        }
         o->c = NULL;
       }
     }
     c->owned = NULL;
   }
-  for (bk_cuda_owned *o = all, *next; o; o = next) {
-    next = o->next;
-    (void)cudaFreeAsync(o->ptr, c->side_stream);
-    bk__host_free(o);
-  }
+  for (bk_cuda_owned *lists[2] = {all, orphans}, **l = lists; l < lists + 2; l++)
+    for (bk_cuda_owned *o = *l, *next; o; o = next) {
+      next = o->next;
+      (void)cudaFreeAsync(o->ptr, c->side_stream);
+      bk__host_free(o);
+    }
   if (c->side_stream) {
     (void)cudaStreamSynchronize(c->side_stream);
     (void)cudaStreamDestroy(c->side_stream);
