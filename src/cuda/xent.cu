@@ -767,6 +767,28 @@ static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 :
   }
 }
 
+/* The work of a lane in the narrow kernels: G lanes per row (a power of
+ * two up to 32), P = 32/G rows per warp and step, R rows in flight per
+ * lane, so warp unit w covers rows [w*P*R, (w+1)*P*R); the units are
+ * visited warp-stride over the grid. */
+struct xe_lanes {
+  int g, P;
+  int64_t per_unit, units, w0, wstep, sub;
+  __device__ __forceinline__ xe_lanes(int G, int R, int64_t rows) {
+    const int lane = (int)(threadIdx.x & 31u);
+    const int64_t wpb = (int64_t)(blockDim.x >> 5);
+    g = lane & (G - 1);
+    P = 32 / G;
+    sub = lane / G;
+    per_unit = (int64_t)P * R;
+    units = (rows + per_unit - 1) / per_unit;
+    w0 = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5);
+    wstep = (int64_t)gridDim.x * wpb;
+  }
+  /* The row lane group's first row of unit w (step k takes + k*P). */
+  __device__ __forceinline__ int64_t first_row(int64_t w) const { return w * per_unit + sub; }
+};
+
 /* The loads of a lane of the narrow kernels, all issued before any is
  * used: vector i of rows r0 + k*P (k < R) of both operands, at vector index
  * i*G + g; entries past the rows or the row are left unset (never read). */
@@ -815,17 +837,12 @@ static __global__ void __launch_bounds__(256)
   constexpr int R = 4 / C;
   __shared__ xe_shared<T> sh; /* unused by lane groups: the literal paths' signature */
   __shared__ double sh_grp[256];
-  const int lane = (int)(threadIdx.x & 31u), g = lane & (G - 1);
-  const int P = 32 / G;
+  const xe_lanes L(G, R, rows);
+  const int g = L.g, P = L.P;
   const int64_t nvec = cols / VEC;
-  const int64_t per_unit = (int64_t)P * R;
-  const int64_t units = (rows + per_unit - 1) / per_unit;
-  const int64_t wpb = (int64_t)(blockDim.x >> 5);
-  const int64_t wstep = (int64_t)gridDim.x * wpb;
   double acc = 0.0;
-  for (int64_t w = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5); w < units;
-       w += wstep) {
-    const int64_t r0 = w * per_unit + lane / G;
+  for (int64_t w = L.w0; w < L.units; w += L.wstep) {
+    const int64_t r0 = L.first_row(w);
     T va[R][C][VEC], vb[R][C][VEC];
     xe_narrow_load<T, VEC, R, C>(a, b, va, vb, r0, P, G, g, rows, cols);
 #pragma unroll
@@ -1182,17 +1199,12 @@ static __global__ void __launch_bounds__(256)
   constexpr int R = 4 / C;
   __shared__ xe_shared<T> sh; /* unused by lane groups */
   const T ninf = (T)-INFINITY;
-  const int lane = (int)(threadIdx.x & 31u), g = lane & (G - 1);
-  const int P = 32 / G;
+  const xe_lanes L(G, R, rows);
+  const int g = L.g, P = L.P;
   const int64_t nvec = cols / VEC;
-  const int64_t per_unit = (int64_t)P * R;
-  const int64_t units = (rows + per_unit - 1) / per_unit;
-  const int64_t wpb = (int64_t)(blockDim.x >> 5);
-  const int64_t wstep = (int64_t)gridDim.x * wpb;
   const double inv_rows = 1.0 / (double)rows;
-  for (int64_t w = (int64_t)blockIdx.x * wpb + (int64_t)(threadIdx.x >> 5); w < units;
-       w += wstep) {
-    const int64_t r0 = w * per_unit + lane / G;
+  for (int64_t w = L.w0; w < L.units; w += L.wstep) {
+    const int64_t r0 = L.first_row(w);
     T vs[R][C][VEC], vt[R][C][VEC];
     xe_narrow_load<T, VEC, R, C>(S, Tt, vs, vt, r0, P, G, g, rows, cols);
 #pragma unroll
