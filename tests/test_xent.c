@@ -563,8 +563,12 @@ static void teacher_late_max(void) {
  * the literal evaluation: the loss stays finite and the other rows keep
  * the fast formulas. */
 static void narrow_edges(void) {
-  static const int64_t widths[] = {1,  2,  3,  4,  5,  7,   8,   9,   15,  16,  17, 31,
-                                   32, 33, 63, 64, 65, 127, 128, 129, 252, 256, 260};
+  /* Across every lane-group plan of the narrow kernels and into the
+   * row kernels: up to 256 columns read element by element, 512 (losses)
+   * and 1024 (gradient) float32 columns of 16-byte vectors. */
+  static const int64_t widths[] = {1,   2,   3,   4,   5,   7,   8,   9,   15,  16,  17,
+                                   31,  32,  33,  63,  64,  65,  127, 128, 129, 252, 256,
+                                   257, 260, 384, 511, 512, 516, 1020, 1024, 1028};
   static const int64_t row_counts[] = {37, 300};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];

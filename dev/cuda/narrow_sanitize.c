@@ -2,7 +2,7 @@
  * their plans, in both dtypes, for compute-sanitizer: bk_rows_sum, bk_rows_max and
  * bk_rows_first_max_mask (rows_narrow_kernel: 1..32 lanes, one to eight rows in flight per
  * lane, 16-byte vectors and single elements), bk_xent_weighted_mean and bk_xent_teacher, loss
- * and gradient (xent_*_narrow_kernel, one or two vectors per lane), with rows that are a
+ * and gradient (xent_*_narrow_kernel, one to eight vectors per lane), with rows that are a
  * multiple of a warp's rows in flight and rows that are not, and one row holding +inf and NaN
  * (the literal path of the losses). Each result is also checked for being repeatable: the
  * same call twice gives the same bits. Prints the number of calls and of failures.
@@ -48,7 +48,8 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "cpu") == 0) d.kind = BK_DEVICE_CPU; /* the driver itself */
   if (bk_context_create(d, &ctx)) { printf("no ctx\n"); return 2; }
   static const long long widths[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 31, 32, 33, 63, 64,
-                                     65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 513};
+                                     65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 513,
+                                     1020, 1024, 1028};
   static const long long heights[] = {1, 7, 33, 257, 1000};
   const bk_dtype dts[] = {BK_F32, BK_F64};
   int calls = 0, bad = 0;

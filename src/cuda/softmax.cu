@@ -285,9 +285,9 @@ static __device__ __forceinline__ A sm_lanes_allreduce(A v, Op op, int G) {
 }
 
 /*
- * Softmax of narrow rows (rows, cols), nvec = cols/VEC <= 32*C vectors: G
- * lanes per row (G = pow2ceil(nvec) capped at 32, C = ceil(nvec/G)), so a
- * warp holds P = 32/G rows at a time. Lane g of a group owns the vectors
+ * Softmax of narrow rows (rows, cols), nvec = cols/VEC <= 64 vectors: G
+ * lanes per row and C vectors per lane (sm_narrow_plan), so a warp holds
+ * P = 32/G rows at a time. Lane g of a group owns the vectors
  * g + i*G (i < C) of its row. Work unit w of a warp is the P*R consecutive
  * rows [w*P*R, (w+1)*P*R): step k takes rows w*P*R + k*P + (lane/G), so a
  * warp's loads of one step cover P adjacent rows. All R*C loads (R*C = 8)
@@ -302,6 +302,29 @@ static __device__ __forceinline__ A sm_lanes_allreduce(A v, Op op, int G) {
  * (128 bytes, or 32 bytes of scalars) per thread. At 68-80 registers three
  * 256-thread blocks share a multiprocessor: 96 KB of loads in flight. */
 static __host__ __device__ constexpr int sm_narrow_r(int c) { return 8 / c; }
+
+/* The fewest lanes per row whose S slots hold it: G = min(32, pow2ceil(
+ * ceil(nvec / S))) lanes and C = pow2ceil(ceil(nvec / G)) vectors per
+ * lane. float32 rows read element by element take S = 8: a row's
+ * reductions and its reciprocal are shared by few lanes, as in the narrow
+ * cross-entropies (19 columns: 2.4x faster than a lane per element on the
+ * H200). 16-byte vectors and float64 keep S = 1, a lane per vector up to
+ * 32: fewer, longer lanes measured slower there (float32 32 columns of
+ * vectors: 2x slower with one lane per row), the loads of a lane no longer
+ * adjacent to those of the next. */
+template <typename T, int VEC> static constexpr int sm_narrow_slots() {
+  return sizeof(T) == 4 && VEC == 1 ? 8 : 1;
+}
+template <typename T, int VEC> static void sm_narrow_plan(int64_t nvec, int *G, int *C) {
+  constexpr int S = sm_narrow_slots<T, VEC>();
+  int g = 1;
+  while ((int64_t)g * S < nvec && g < 32) g <<= 1;
+  const int64_t need = (nvec + g - 1) / g;
+  int c = 1;
+  while (c < need) c <<= 1;
+  *G = g;
+  *C = c;
+}
 
 template <typename T, int VEC, int C, bool MASKED>
 static __global__ void __launch_bounds__(256, 3)
@@ -524,19 +547,32 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
 
   if (nvec <= 64) {
     /* Narrow rows: G lanes per row, C vectors per lane, 32/G rows per
-     * warp, R rows per lane group in flight; 8 warps a block. */
-    int G = 1;
-    while (G < nvec && G < 32) G <<= 1;
-    const int C = nvec > 32 ? 2 : 1;
+     * warp, R = 8/C rows per lane group in flight; 8 warps a block. */
+    int G, C;
+    sm_narrow_plan<T, VEC>(nvec, &G, &C);
     const int64_t per_warp = (int64_t)(32 / G) * sm_narrow_r(C);
     const int64_t units = (rows + per_warp - 1) / per_warp;
     const unsigned blocks = bk_cuda_grid((units + 7) / 8);
-    if (C == 1)
+    switch (C) {
+    case 1:
       softmax_rows_narrow_kernel<T, VEC, 1, MASKED>
           <<<blocks, 256, 0, stream>>>(x, mask, y, rows, cols, G);
-    else
+      break;
+    case 2:
       softmax_rows_narrow_kernel<T, VEC, 2, MASKED>
           <<<blocks, 256, 0, stream>>>(x, mask, y, rows, cols, G);
+      break;
+    default:
+      if constexpr (sm_narrow_slots<T, VEC>() >= 4) {
+        if (C == 4)
+          softmax_rows_narrow_kernel<T, VEC, 4, MASKED>
+              <<<blocks, 256, 0, stream>>>(x, mask, y, rows, cols, G);
+        else
+          softmax_rows_narrow_kernel<T, VEC, 8, MASKED>
+              <<<blocks, 256, 0, stream>>>(x, mask, y, rows, cols, G);
+      }
+      break;
+    }
     return bk__cuda_launched(fn, "softmax_rows_narrow_kernel");
   }
 

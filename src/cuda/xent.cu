@@ -257,14 +257,16 @@ template <typename T> struct xe_wm_state {
    * dependency chains: a per-element online update was latency bound, in
    * float64 by the dependent exponentials). Rows with a non-finite
    * value are flagged and evaluated literally, so the state of such a row is
-   * never used. */
-  template <int K> __device__ __forceinline__ void add_batch(const T *x, const T *w) {
+   * never used. Only x[0..n) and w[0..n) enter (n >= 1; the narrow kernels
+   * pass a lane's part of a row), the other terms are +0. */
+  template <int K> __device__ __forceinline__ void add_batch(const T *x, const T *w, int n = K) {
     T lm = x[0];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      bad |= xe_out_of_range(x[k]) || xe_out_of_range(w[k]);
-      lm = xe_fmax(lm, x[k]);
-    }
+    for (int k = 0; k < K; ++k)
+      if (k < n) {
+        bad |= xe_out_of_range(x[k]) || xe_out_of_range(w[k]);
+        lm = xe_fmax(lm, x[k]);
+      }
     if (lm > m) {
       if (m != (T)-INFINITY) {
         s *= (double)xe_exp(m - lm);
@@ -276,9 +278,9 @@ template <typename T> struct xe_wm_state {
     double es[K], ws[K], as[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      es[k] = (double)xe_exp(x[k] - m);
-      ws[k] = (double)w[k];
-      as[k] = ws[k] * ((double)x[k] - md);
+      es[k] = k < n ? (double)xe_exp(x[k] - m) : 0.0;
+      ws[k] = k < n ? (double)w[k] : 0.0;
+      as[k] = k < n ? ws[k] * ((double)x[k] - md) : 0.0;
     }
     s += xe_tree<K>(es);
     W += xe_tree<K>(ws);
@@ -297,7 +299,7 @@ template <typename T> struct xe_tl_state {
     sS = sT = u = 0.0;
     bad = false;
   }
-  /* Adds K element pairs at once (see xe_wm_state::add_batch): rescales
+  /* Adds the first n <= K element pairs at once (see xe_wm_state::add_batch): rescales
    * to the batch maxima (the two rescales commute: u - d*sT, then times f),
    * then sums the batch's K terms of each kind as a tree in T and adds
    * each tree to its float64 accumulator. In float32 that is three
@@ -305,14 +307,15 @@ template <typename T> struct xe_tl_state {
    * kept the conversion unit busy); the K terms of a sum share one sign,
    * so the tree's relative error stays below K float32 roundings, far
    * inside the float32 tolerance of a loss. */
-  template <int K> __device__ __forceinline__ void add_batch(const T *s, const T *t) {
+  template <int K> __device__ __forceinline__ void add_batch(const T *s, const T *t, int n = K) {
     T ls = s[0], lt = t[0];
 #pragma unroll
-    for (int k = 0; k < K; ++k) {
-      bad |= xe_out_of_range(s[k]) || xe_out_of_range(t[k]);
-      ls = xe_fmax(ls, s[k]);
-      lt = xe_fmax(lt, t[k]);
-    }
+    for (int k = 0; k < K; ++k)
+      if (k < n) {
+        bad |= xe_out_of_range(s[k]) || xe_out_of_range(t[k]);
+        ls = xe_fmax(ls, s[k]);
+        lt = xe_fmax(lt, t[k]);
+      }
     if (ls > mS) {
       if (mS != (T)-INFINITY) {
         sS *= (double)xe_exp(mS - ls);
@@ -331,9 +334,9 @@ template <typename T> struct xe_tl_state {
     T es[K], et[K], eu[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      es[k] = xe_exp(s[k] - mS);
-      et[k] = xe_exp(t[k] - mT);
-      eu[k] = et[k] * (s[k] - mS);
+      es[k] = k < n ? xe_exp(s[k] - mS) : (T)0;
+      et[k] = k < n ? xe_exp(t[k] - mT) : (T)0;
+      eu[k] = k < n ? et[k] * (s[k] - mS) : (T)0;
     }
     sS += (double)xe_tree<K>(es);
     sT += (double)xe_tree<K>(et);
@@ -439,7 +442,8 @@ struct xe_stat {
 enum { XE_WMEAN = 0, XE_TLOSS = 1, XE_TGRAD = 2 };
 
 /* Streams the vector range [q, q1) of one row (stride G) into a state in
- * steps of two vector pairs per thread. PF (prefetch): the next step's
+ * steps of U vector pairs per thread (below). PF (prefetch): two vector
+ * pairs a step, and the next step's
  * pairs are loaded before the current step is folded, a register double
  * buffer, so the loads stay in flight while the exponentials run; it needs
  * about 80 registers (see xent_loss_rows_kernel). Without PF, only the
@@ -472,21 +476,44 @@ static __device__ __forceinline__ void xe_stream(State &st, const T *a, const T 
       }
       st.template add_batch<2 * VEC>(ta, tb);
     }
+    /* At most one vector is left (a masked tail of U measured slower here:
+     * the registers of the double buffer). */
+    if (q < q1) {
+      T ta[VEC], tb[VEC];
+      bk_vload<VEC>(a + q * VEC, ta);
+      bk_vload<VEC>(b + q * VEC, tb);
+      st.template add_batch<VEC>(ta, tb);
+    }
+    return;
   }
-  for (; q + G < q1; q += 2 * G) {
-    T ta[2 * VEC], tb[2 * VEC];
+  /* U vectors per operand and step: 32 bytes (two 16-byte vectors, or
+   * eight float32 / four float64 elements when the row is read element by
+   * element); the last step takes the vectors left, fewer than U. */
+  constexpr int U = VEC == 1 ? (int)(32 / sizeof(T)) : 2;
+  for (; q + (U - 1) * G < q1; q += U * G) {
+    T ta[U * VEC], tb[U * VEC];
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < U; ++k) {
       bk_vload<VEC>(a + (q + k * G) * VEC, ta + k * VEC);
       bk_vload<VEC>(b + (q + k * G) * VEC, tb + k * VEC);
     }
-    st.template add_batch<2 * VEC>(ta, tb);
+    st.template add_batch<U * VEC>(ta, tb);
   }
   if (q < q1) {
-    T ta[VEC], tb[VEC];
-    bk_vload<VEC>(a + q * VEC, ta);
-    bk_vload<VEC>(b + q * VEC, tb);
-    st.template add_batch<VEC>(ta, tb);
+    T ta[U * VEC], tb[U * VEC];
+    int n = 0;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      if (q + k * G < q1) {
+        bk_vload<VEC>(a + (q + k * G) * VEC, ta + k * VEC);
+        bk_vload<VEC>(b + (q + k * G) * VEC, tb + k * VEC);
+        n = k + 1;
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) ta[k * VEC + e] = tb[k * VEC + e] = (T)0;
+      }
+    }
+    st.template add_batch<U * VEC>(ta, tb, n * VEC);
   }
 }
 
@@ -767,6 +794,50 @@ static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 :
   }
 }
 
+/* The lane-group shape of the narrow kernels, per dtype, access width and
+ * kind (as measured on the H200, dev/cuda/xent.md):
+ *  - xe_slots: the most vectors a lane holds of one row (C <= xe_slots),
+ *    which sets the fewest lanes a row gets. The losses take four 16-byte
+ *    vectors or eight elements, so a row's group reductions and its per-row
+ *    arithmetic (the logarithm) are shared by few lanes. The gradient keeps
+ *    two vectors per lane (its float64 exponentials ran slower on fewer,
+ *    longer lanes), except float32 rows read element by element: eight.
+ *  - xe_flight: vectors per lane and operand in flight (R = xe_flight/C
+ *    rows, at most four): 32 bytes of each operand, or four 16-byte
+ *    vectors; at most four row states per lane (eight measured slower).
+ *  - xe_narrow_max: the widest row, in vectors, the narrow kernels take:
+ *    64, or 256 for the float32 gradient read element by element (a warp
+ *    holds it in its eight slots). */
+template <typename T, int VEC, int KIND> static __host__ __device__ constexpr int xe_slots() {
+  return KIND == XE_TGRAD ? (sizeof(T) == 4 && VEC == 1 ? 8 : 2) : (VEC == 1 ? 8 : 4);
+}
+template <typename T, int VEC, int KIND> static __host__ __device__ constexpr int xe_flight() {
+  return VEC == 1 ? (int)(32 / sizeof(T)) : 4;
+}
+template <typename T, int VEC, int KIND, int C> static __host__ __device__ constexpr int xe_rows() {
+  return xe_flight<T, VEC, KIND>() / C > 4 ? 4 : (xe_flight<T, VEC, KIND>() / C < 1 ? 1 : xe_flight<T, VEC, KIND>() / C);
+}
+template <typename T, int VEC, int KIND> static __host__ __device__ constexpr int xe_narrow_max() {
+  return xe_slots<T, VEC, KIND>() == 8 && KIND == XE_TGRAD ? 256 : 64;
+}
+/* xe_rows for a C known only at run time (the launchers). */
+template <typename T, int VEC, int KIND> static int xe_rows_of(int C) {
+  const int r = xe_flight<T, VEC, KIND>() / C;
+  return r > 4 ? 4 : (r < 1 ? 1 : r);
+}
+
+/* Elements per state update in the narrow loss kernel: a lane's part of a
+ * row, at most eight (the float32 teacher loss sums its terms in groups of
+ * at most eight before the float64 accumulation, as the header states). */
+template <int E> static constexpr int XE_NARROW_BATCH = E < 8 ? E : 8;
+
+/* Vectors of its row that lane g of a G-lane group holds (g, g + G, ...,
+ * below nvec), at most C. */
+static __device__ __forceinline__ int xe_lane_vectors(int64_t nvec, int G, int g, int C) {
+  const int64_t n = (nvec - g + G - 1) / G;
+  return n < C ? (int)n : C;
+}
+
 /* The work of a lane in the narrow kernels: G lanes per row (a power of
  * two up to 32), P = 32/G rows per warp and step, R rows in flight per
  * lane, so warp unit w covers rows [w*P*R, (w+1)*P*R); the units are
@@ -791,7 +862,7 @@ struct xe_lanes {
 
 /* The loads of a lane of the narrow kernels, all issued before any is
  * used: vector i of rows r0 + k*P (k < R) of both operands, at vector index
- * i*G + g; entries past the rows or the row are left unset (never read). */
+ * i*G + g; entries past the rows or the row are +0 (never used). */
 template <typename T, int VEC, int R, int C>
 static __device__ __forceinline__ void xe_narrow_load(const T *__restrict__ a,
                                                       const T *__restrict__ b,
@@ -808,18 +879,22 @@ static __device__ __forceinline__ void xe_narrow_load(const T *__restrict__ a,
       if (r < rows && q < nvec) {
         bk_vload<VEC>(a + r * cols + q * VEC, va[k][i]);
         bk_vload<VEC>(b + r * cols + q * VEC, vb[k][i]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) va[k][i][e] = vb[k][i][e] = (T)0;
       }
     }
   }
 }
 
 /*
- * Row losses of narrow rows, nvec <= 2*G vectors: G = min(32, pow2ceil of
- * half of nvec) lanes per row, C = 1 or 2 vectors per lane and operand, so
- * a warp holds P = 32/G rows at a time and each lane keeps R = 4/C rows in
- * flight (all their loads issued before the first is used). Step k of warp
- * unit w takes rows w*P*R + k*P + lane/G: one load instruction covers P
- * adjacent rows. Each lane folds its vectors into the row state, and the
+ * Row losses of narrow rows, nvec <= xe_narrow_max vectors:
+ * the plan of xe_narrow_plan, G lanes per row and C <= xe_slots vectors
+ * per lane and operand, so a warp holds P = 32/G rows at a time and each lane keeps
+ * R = xe_rows rows in flight (all their loads issued before the first is
+ * used). Step k of warp unit w takes rows w*P*R + k*P + lane/G: one load
+ * instruction covers P adjacent rows. Each lane folds its elements of a row
+ * into the row state in batches of at most eight, and the
  * group reduces it as xent_loss_rows_kernel's warps do (same state and
  * formulas), every lane of the warp in step. A group whose row holds a
  * non-finite (or, float64, out-of-range) value takes the literal
@@ -834,12 +909,13 @@ static __global__ void __launch_bounds__(256)
                             double *__restrict__ part, T *__restrict__ y, int64_t rows,
                             int64_t cols, int G) {
   using State = typename std::conditional<KIND == XE_WMEAN, xe_wm_state<T>, xe_tl_state<T>>::type;
-  constexpr int R = 4 / C;
+  constexpr int R = xe_rows<T, VEC, KIND, C>();
   __shared__ xe_shared<T> sh; /* unused by lane groups: the literal paths' signature */
   __shared__ double sh_grp[256];
   const xe_lanes L(G, R, rows);
   const int g = L.g, P = L.P;
   const int64_t nvec = cols / VEC;
+  const int lane_elems = xe_lane_vectors(nvec, G, g, C) * VEC; /* the same in every row */
   double acc = 0.0;
   for (int64_t w = L.w0; w < L.units; w += L.wstep) {
     const int64_t r0 = L.first_row(w);
@@ -851,9 +927,13 @@ static __global__ void __launch_bounds__(256)
       const bool valid = r < rows;
       State st;
       st.init();
+      /* The lane's elements of the row, in batches of at most eight. */
+      const int nv = valid ? lane_elems : 0;
 #pragma unroll
-      for (int i = 0; i < C; ++i)
-        if (valid && (int64_t)i * G + g < nvec) st.template add_batch<VEC>(va[k][i], vb[k][i]);
+      for (int j = 0; j < C * VEC; j += XE_NARROW_BATCH<C * VEC>)
+        if (j < nv)
+          st.template add_batch<XE_NARROW_BATCH<C * VEC>>(&va[k][0][0] + j, &vb[k][0][0] + j,
+                                                          min(XE_NARROW_BATCH<C * VEC>, nv - j));
       int bad = st.bad ? 1 : 0;
       for (int off = G / 2; off > 0; off >>= 1) bad |= __shfl_xor_sync(XE_FULL_MASK, bad, off);
       xe_stat rs;
@@ -1023,12 +1103,12 @@ static __global__ void __launch_bounds__(1024)
 /* ---- kernels: teacher gradient ---------------------------------------------------------- */
 
 /*
- * y = (softmax(S_r) - softmax(T_r)) / rows, one row per group (WARP: a warp,
- * blockDim 256; else the block). Each thread caches EPT elements of both
+ * y = (softmax(S_r) - softmax(T_r)) / rows, a block per row (narrower rows
+ * take xent_grad_narrow_kernel). Each thread caches EPT elements of both
  * rows (chunk i at vector index i*G + g), streams the rest with online
  * (max, sum) pairs and reads those again for the output.
  */
-template <typename T, int VEC, bool WARP>
+template <typename T, int VEC>
 static __global__ void __launch_bounds__(1024)
     xent_grad_rows_kernel(const T *__restrict__ S, const T *__restrict__ Tt, T *__restrict__ y,
                           int64_t rows, int64_t cols) {
@@ -1036,15 +1116,12 @@ static __global__ void __launch_bounds__(1024)
   constexpr int NC = EPT / VEC;
   __shared__ xe_shared<T> sh;
   const T ninf = (T)-INFINITY;
-  const int64_t G = WARP ? 32 : (int64_t)blockDim.x;
-  const int64_t g = WARP ? (int64_t)(threadIdx.x & 31) : (int64_t)threadIdx.x;
-  const int64_t per_block = WARP ? (int64_t)(blockDim.x >> 5) : 1;
-  const int64_t first = (int64_t)blockIdx.x * per_block + (WARP ? (int64_t)(threadIdx.x >> 5) : 0);
-  const int64_t step = (int64_t)gridDim.x * per_block;
+  const int64_t G = (int64_t)blockDim.x;
+  const int64_t g = (int64_t)threadIdx.x;
   const int64_t nvec = cols / VEC;
   const int64_t unc0 = NC * G + g;
   const double inv_rows = 1.0 / (double)rows;
-  for (int64_t r = first; r < rows; r += step) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *sr = S + r * cols, *tr = Tt + r * cols;
     T *yr = y + r * cols;
     T vs[EPT], vt[EPT];
@@ -1094,7 +1171,7 @@ static __global__ void __launch_bounds__(1024)
       }
     }
     m = xe_max()(m, xe_pair<T>{umS, umT});
-    const xe_pair<T> M = xe_allreduce<WARP>(m, xe_max(), sh.m2);
+    const xe_pair<T> M = xe_allreduce<false>(m, xe_max(), sh.m2);
 
     xe_pair<double> s{xe_rescale(umS, usS, M.a), xe_rescale(umT, usT, M.b)};
 #pragma unroll
@@ -1111,7 +1188,7 @@ static __global__ void __launch_bounds__(1024)
         }
       }
     }
-    const xe_pair<double> Ssum = xe_allreduce<WARP>(s, xe_sum(), sh.d2);
+    const xe_pair<double> Ssum = xe_allreduce<false>(s, xe_sum(), sh.d2);
     const T as = (T)(inv_rows / Ssum.a), at = (T)(inv_rows / Ssum.b);
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
@@ -1186,9 +1263,9 @@ static int xe_block_threads(int64_t nvec) {
 
 
 /*
- * y = (softmax(S_r) - softmax(T_r)) / rows for narrow rows, nvec <= 2*G
+ * y = (softmax(S_r) - softmax(T_r)) / rows for narrow rows, nvec <= 32*S
  * vectors: the lane groups of xent_loss_narrow_kernel (G lanes per row, C
- * vectors per lane and operand, R = 4/C rows in flight per lane), the
+ * vectors per lane and operand, R = xe_rows rows in flight per lane), the
  * formulas of xent_grad_rows_kernel: maxima ignoring NaN, exponentials in T
  * against them, float64 sums, (T)(1/(rows*sum)) factors.
  */
@@ -1196,7 +1273,7 @@ template <typename T, int VEC, int C>
 static __global__ void __launch_bounds__(256)
     xent_grad_narrow_kernel(const T *__restrict__ S, const T *__restrict__ Tt, T *__restrict__ y,
                             int64_t rows, int64_t cols, int G) {
-  constexpr int R = 4 / C;
+  constexpr int R = xe_rows<T, VEC, XE_TGRAD, C>();
   __shared__ xe_shared<T> sh; /* unused by lane groups */
   const T ninf = (T)-INFINITY;
   const xe_lanes L(G, R, rows);
@@ -1246,23 +1323,63 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
-/* Lane groups for narrow rows (xent_*_narrow_kernel): G = min(32,
- * pow2ceil(ceil(nvec / 2))) lanes, C = ceil(nvec / G) <= 2 vectors per lane. */
-static void xe_narrow_plan(int64_t nvec, int *G, int *C) {
+/* Lane groups for narrow rows (xent_*_narrow_kernel), nvec <= 32*S (S =
+ * xe_slots): G = min(32, pow2ceil(ceil(nvec / S))) lanes per row and C =
+ * pow2ceil(ceil(nvec / G)) <= S vectors per lane, the fewest lanes that
+ * hold the row in S slots each (the plan of the row reductions). */
+static void xe_narrow_plan(int64_t nvec, int S, int *G, int *C) {
   int g = 1;
-  while (2 * (int64_t)g < nvec && g < 32) g <<= 1;
+  while ((int64_t)g * S < nvec && g < 32) g <<= 1;
+  const int64_t need = (nvec + g - 1) / g;
+  int c = 1;
+  while (c < need) c <<= 1;
   *G = g;
-  *C = nvec > g ? 2 : 1;
+  *C = c;
 }
 
-/* Blocks of 256 threads for narrow rows: enough for the units, at most 32
+/* Blocks of 256 threads for narrow rows (R rows in flight per lane): enough for the units, at most 32
  * per multiprocessor (the warps then loop). */
-static int64_t xe_narrow_blocks(bk_context *ctx, int64_t rows, int G, int C) {
-  const int64_t per_warp = (int64_t)(32 / G) * (4 / C);
+static int64_t xe_narrow_blocks(bk_context *ctx, int64_t rows, int G, int R) {
+  const int64_t per_warp = (int64_t)(32 / G) * R;
   const int64_t units = (rows + per_warp - 1) / per_warp;
   const int64_t cap = 32 * (int64_t)bk_cu(ctx)->sm_count;
   const int64_t blocks = (units + 7) / 8;
   return blocks < cap ? (blocks < 1 ? 1 : blocks) : cap;
+}
+
+/* One narrow launch: the gradient kernel (KIND == XE_TGRAD) or the loss
+ * kernel, C vectors per lane. */
+template <typename T, int VEC, int KIND, int C>
+static bk_status xe_narrow_queue(bk_context *ctx, const char *fn, const T *a, const T *b, T *y,
+                                 double *part, int64_t rows, int64_t cols, int G,
+                                 unsigned blocks) {
+  cudaStream_t stream = bk_stream(ctx);
+  if constexpr (KIND == XE_TGRAD) {
+    xent_grad_narrow_kernel<T, VEC, C><<<blocks, 256, 0, stream>>>(a, b, y, rows, cols, G);
+    return bk__cuda_launched(fn, "xent_grad_narrow_kernel");
+  } else {
+    xent_loss_narrow_kernel<T, VEC, KIND, C>
+        <<<blocks, 256, 0, stream>>>(a, b, part, y, rows, cols, G);
+    return bk__cuda_launched(fn, "xent_loss_narrow_kernel");
+  }
+}
+
+template <typename T, int VEC, int KIND>
+static bk_status xe_narrow_run(bk_context *ctx, const char *fn, const T *a, const T *b, T *y,
+                               double *part, int64_t rows, int64_t cols, int G, int C,
+                               unsigned blocks) {
+  switch (C) {
+  case 1: return xe_narrow_queue<T, VEC, KIND, 1>(ctx, fn, a, b, y, part, rows, cols, G, blocks);
+  case 2: return xe_narrow_queue<T, VEC, KIND, 2>(ctx, fn, a, b, y, part, rows, cols, G, blocks);
+  case 4:
+    if constexpr (xe_slots<T, VEC, KIND>() >= 4)
+      return xe_narrow_queue<T, VEC, KIND, 4>(ctx, fn, a, b, y, part, rows, cols, G, blocks);
+    return BK_ERR_INTERNAL;
+  default:
+    if constexpr (xe_slots<T, VEC, KIND>() >= 8)
+      return xe_narrow_queue<T, VEC, KIND, 8>(ctx, fn, a, b, y, part, rows, cols, G, blocks);
+    return BK_ERR_INTERNAL;
+  }
 }
 
 template <typename T, int VEC, int KIND>
@@ -1297,23 +1414,18 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
     bk__cuda_scratch_free(ctx, scratch);
     return st;
   }
-  if (nvec <= 64) {
+  constexpr int S = xe_slots<T, VEC, KIND>();
+  if (nvec <= xe_narrow_max<T, VEC, KIND>()) {
     /* Narrow rows: lane groups, several rows in flight per lane. */
     int G, C;
-    xe_narrow_plan(nvec, &G, &C);
-    const int64_t blocks = xe_narrow_blocks(ctx, rows, G, C);
+    xe_narrow_plan(nvec, S, &G, &C);
+    const int64_t blocks = xe_narrow_blocks(ctx, rows, G, xe_rows_of<T, VEC, KIND>(C));
     if (blocks > 1) {
       st = bk__cuda_scratch(ctx, fn, (size_t)blocks * sizeof(double), &scratch);
       if (st != BK_OK) return st;
     }
     double *part = (double *)scratch;
-    if (C == 1)
-      xent_loss_narrow_kernel<T, VEC, KIND, 1>
-          <<<(unsigned)blocks, 256, 0, stream>>>(a, b, part, y, rows, cols, G);
-    else
-      xent_loss_narrow_kernel<T, VEC, KIND, 2>
-          <<<(unsigned)blocks, 256, 0, stream>>>(a, b, part, y, rows, cols, G);
-    st = bk__cuda_launched(fn, "xent_loss_narrow_kernel");
+    st = xe_narrow_run<T, VEC, KIND>(ctx, fn, a, b, y, part, rows, cols, G, C, (unsigned)blocks);
     if (st == BK_OK && blocks > 1) {
       xent_final_kernel<T><<<1, 1024, 0, stream>>>(part, blocks, y, rows);
       st = bk__cuda_launched(fn, "xent_final_kernel");
@@ -1389,28 +1501,32 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
     bk__cuda_scratch_free(ctx, scratch);
     return st;
   }
-  if (nvec <= 64) {
+  constexpr int SL = xe_slots<T, VEC, XE_TGRAD>();
+  if (nvec <= xe_narrow_max<T, VEC, XE_TGRAD>()) {
     int G, C;
-    xe_narrow_plan(nvec, &G, &C);
-    const unsigned blocks = (unsigned)xe_narrow_blocks(ctx, rows, G, C);
-    if (C == 1)
-      xent_grad_narrow_kernel<T, VEC, 1><<<blocks, 256, 0, stream>>>(S, Tt, y, rows, cols, G);
-    else
-      xent_grad_narrow_kernel<T, VEC, 2><<<blocks, 256, 0, stream>>>(S, Tt, y, rows, cols, G);
-    return bk__cuda_launched(fn, "xent_grad_narrow_kernel");
+    xe_narrow_plan(nvec, SL, &G, &C);
+    const unsigned blocks =
+        (unsigned)xe_narrow_blocks(ctx, rows, G, xe_rows_of<T, VEC, XE_TGRAD>(C));
+    return xe_narrow_run<T, VEC, XE_TGRAD>(ctx, fn, S, Tt, y, NULL, rows, cols, G, C, blocks);
   }
-  if (cols <= 32 * EPT) {
-    xent_grad_rows_kernel<T, VEC, true>
-        <<<bk_cuda_grid((rows + 7) / 8), 256, 0, stream>>>(S, Tt, y, rows, cols);
-    return bk__cuda_launched(fn, "xent_grad_rows_kernel");
-  }
-  /* 64 to 1024 threads; a row longer than the cache is streamed and read
-   * again, and one 1024-thread block per multiprocessor keeps the rows in
-   * flight few enough for those reads to come from L2. */
+  /* 64 to 1024 threads, the smallest power of two whose registers cache the
+   * row; a row longer than the cache is streamed and read again. While
+   * fewer than four such blocks fit on a multiprocessor, the block is
+   * halved (each block's load, reductions and stores follow one another,
+   * so a multiprocessor with one or two rows in flight waits on every
+   * phase), as long as the rows then in flight on the device, both
+   * operands, stay within half of L2, where their second reads come from. */
   const int64_t need = (cols + EPT - 1) / EPT;
   int threads = 64;
   while (threads < need && threads < 1024) threads <<= 1;
-  xent_grad_rows_kernel<T, VEC, false>
+  const void *kern = (const void *)xent_grad_rows_kernel<T, VEC>;
+  const double row_bytes = 2.0 * (double)cols * (double)sizeof(T);
+  while (threads > 64 && bk__cuda_occupancy(ctx, kern, threads, 0, 0) < 4) {
+    const int fit = bk__cuda_occupancy(ctx, kern, threads / 2, 0, 0);
+    if ((double)fit * (double)sm * row_bytes > 0.5 * (double)bk_cu(ctx)->l2_bytes) break;
+    threads /= 2;
+  }
+  xent_grad_rows_kernel<T, VEC>
       <<<bk_cuda_grid(rows), threads, 0, stream>>>(S, Tt, y, rows, cols);
   return bk__cuda_launched(fn, "xent_grad_rows_kernel");
 }
