@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
   if (bk_context_create(d, &ctx)) { printf("no ctx\n"); return 2; }
   static const long long widths[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 31, 32, 33, 63, 64,
                                      65, 100, 127, 128, 129, 255, 256, 257, 511, 512, 513,
-                                     1020, 1024, 1028};
+                                     1020, 1024, 1028, 3001};
   static const long long heights[] = {1, 7, 33, 257, 1000};
   const bk_dtype dts[] = {BK_F32, BK_F64};
   int calls = 0, bad = 0;
