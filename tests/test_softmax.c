@@ -134,6 +134,9 @@ static void softmax_random(void) {
        * fibres, and the split-row paths for wide last axes. */
       {3, {3, 37, 5}},    {3, {2, 100, 33}}, {3, {4, 17, 2}},  {3, {2, 1024, 256}},
       {3, {1, 1, 40}},    {3, {2, 4000, 9}}, {2, {3, 20000}},  {2, {263, 8193}},
+      /* Odd rows longer than a block's registers hold, many of them: the
+       * split path by length (CUDA). */
+      {2, {300, 20011}},
       /* Narrow rows on the CUDA lane-group kernel: 8/16/32 lanes per row
        * (32, 64, 128 columns), two vectors per lane (256), idle lanes
        * (100, 12), one lane per row (4), scalar loads (33, 6). Along axis
