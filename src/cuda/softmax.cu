@@ -578,6 +578,21 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
 
   int64_t nch, clen;
   bk_cuda_split_plan(sm, rows, cols, nvec, &nch, &clen);
+  const double inflight = (MASKED ? 2.0 : 1.0) * (double)sizeof(T) * (double)cols * (double)sm;
+  if (VEC == 1 && nch == 1 && cols > 1024 * EPT &&
+      inflight > (2.0 / 3.0) * (double)bk_cu(ctx)->l2_bytes) {
+    /* Rows read element by element, longer than the largest register
+     * cache, and so long that the rows a block per row keeps in flight
+     * (one 1024-thread block per multiprocessor, every operand) pass two
+     * thirds of L2: their streamed tails would be read again from memory
+     * (27-35% of copy at 87629-131769 columns on the H200). Chunks of the
+     * cache's length through the split path read them twice with every
+     * block busy: 1.15-1.86x there; shorter rows, whose second reads still
+     * hit L2, stay on the block per row (the split path measured 0.88-0.94x
+     * at 16201-38513 columns). */
+    clen = 1024 * EPT;
+    nch = (nvec + clen - 1) / clen;
+  }
   if (nch > 1) {
     /* Few long rows: enough chunks per row to give every multiprocessor
      * about four blocks, none shorter than BK_CUDA_MIN_CHUNK elements. */
