@@ -811,19 +811,16 @@ static __global__ void __launch_bounds__(WARP ? 512 : XE_ROW_THREADS, WARP ? 2 :
 template <typename T, int VEC, int KIND> static __host__ __device__ constexpr int xe_slots() {
   return KIND == XE_TGRAD ? (sizeof(T) == 4 && VEC == 1 ? 8 : 2) : (VEC == 1 ? 8 : 4);
 }
-template <typename T, int VEC, int KIND> static __host__ __device__ constexpr int xe_flight() {
+template <typename T, int VEC> static __host__ __device__ constexpr int xe_flight() {
   return VEC == 1 ? (int)(32 / sizeof(T)) : 4;
 }
-template <typename T, int VEC, int KIND, int C> static __host__ __device__ constexpr int xe_rows() {
-  return xe_flight<T, VEC, KIND>() / C > 4 ? 4 : (xe_flight<T, VEC, KIND>() / C < 1 ? 1 : xe_flight<T, VEC, KIND>() / C);
+/* Rows per lane for C vectors per lane (the kernels' template argument, or
+ * the launchers' run-time plan). */
+template <typename T, int VEC> static __host__ __device__ constexpr int xe_rows(int C) {
+  return xe_flight<T, VEC>() / C > 4 ? 4 : (C > xe_flight<T, VEC>() ? 1 : xe_flight<T, VEC>() / C);
 }
 template <typename T, int VEC, int KIND> static __host__ __device__ constexpr int xe_narrow_max() {
   return xe_slots<T, VEC, KIND>() == 8 && KIND == XE_TGRAD ? 256 : 64;
-}
-/* xe_rows for a C known only at run time (the launchers). */
-template <typename T, int VEC, int KIND> static int xe_rows_of(int C) {
-  const int r = xe_flight<T, VEC, KIND>() / C;
-  return r > 4 ? 4 : (r < 1 ? 1 : r);
 }
 
 /* Elements per state update in the narrow loss kernel: a lane's part of a
@@ -909,7 +906,7 @@ static __global__ void __launch_bounds__(256)
                             double *__restrict__ part, T *__restrict__ y, int64_t rows,
                             int64_t cols, int G) {
   using State = typename std::conditional<KIND == XE_WMEAN, xe_wm_state<T>, xe_tl_state<T>>::type;
-  constexpr int R = xe_rows<T, VEC, KIND, C>();
+  constexpr int R = xe_rows<T, VEC>(C);
   __shared__ xe_shared<T> sh; /* unused by lane groups: the literal paths' signature */
   __shared__ double sh_grp[256];
   const xe_lanes L(G, R, rows);
@@ -1273,7 +1270,7 @@ template <typename T, int VEC, int C>
 static __global__ void __launch_bounds__(256)
     xent_grad_narrow_kernel(const T *__restrict__ S, const T *__restrict__ Tt, T *__restrict__ y,
                             int64_t rows, int64_t cols, int G) {
-  constexpr int R = xe_rows<T, VEC, XE_TGRAD, C>();
+  constexpr int R = xe_rows<T, VEC>(C);
   __shared__ xe_shared<T> sh; /* unused by lane groups */
   const T ninf = (T)-INFINITY;
   const xe_lanes L(G, R, rows);
@@ -1419,7 +1416,7 @@ static bk_status xent_loss_launch(bk_context *ctx, const char *fn, const T *a, c
     /* Narrow rows: lane groups, several rows in flight per lane. */
     int G, C;
     xe_narrow_plan(nvec, S, &G, &C);
-    const int64_t blocks = xe_narrow_blocks(ctx, rows, G, xe_rows_of<T, VEC, KIND>(C));
+    const int64_t blocks = xe_narrow_blocks(ctx, rows, G, xe_rows<T, VEC>(C));
     if (blocks > 1) {
       st = bk__cuda_scratch(ctx, fn, (size_t)blocks * sizeof(double), &scratch);
       if (st != BK_OK) return st;
@@ -1506,7 +1503,7 @@ static bk_status xent_grad_launch(bk_context *ctx, const char *fn, const T *S, c
     int G, C;
     xe_narrow_plan(nvec, SL, &G, &C);
     const unsigned blocks =
-        (unsigned)xe_narrow_blocks(ctx, rows, G, xe_rows_of<T, VEC, XE_TGRAD>(C));
+        (unsigned)xe_narrow_blocks(ctx, rows, G, xe_rows<T, VEC>(C));
     return xe_narrow_run<T, VEC, XE_TGRAD>(ctx, fn, S, Tt, y, NULL, rows, cols, G, C, blocks);
   }
   /* 64 to 1024 threads, the smallest power of two whose registers cache the
