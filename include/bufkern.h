@@ -594,9 +594,10 @@ BK_API BK_NODISCARD bk_status bk_broadcast_to(bk_context *ctx, const bk_buffer *
  * rounded once. On CUDA every geometry is summed as bk_sum_axis describes,
  * over each element's terms in that order: at most 16 terms fold as one
  * sequential chain; more may be cut into segments of consecutive terms,
- * each folded in order in float64, whose sums are added in order:
- * deterministic and within the contract's tolerance, but not always
- * bit-identical to the CPU's single sequential fold. *out has
+ * each folded in order in float64, whose sums are added in order (a
+ * segment may itself be cut the same way, its sub-segments' sums added in
+ * order): deterministic and within the contract's tolerance, but not
+ * always bit-identical to the CPU's single sequential fold. *out has
  * product(in_dims) elements. An
  * empty dout gives product(in_dims) zeros (the input can be non-empty when an
  * inserted output axis, or one reading an input axis of extent 1, has extent
@@ -618,9 +619,9 @@ BK_API BK_NODISCARD bk_status bk_swap_adjacent(bk_context *ctx, const bk_buffer 
  * gives zeros. Summed in index order along the axis (float64 accumulation,
  * rounded once, on every backend). CUDA folds an axis of at most 16 terms
  * as one sequential chain; a longer one may be cut into segments of
- * consecutive terms, each folded in order, whose sums are added in order
- * (deterministic, within the contract's tolerance, not always bit-identical
- * to the CPU). For rank 0, axis must be 0 and the result is a copy. The result length is overflow-checked even when x is empty. */
+ * consecutive terms, each folded in order, whose sums are added in order,
+ * segments possibly cut again the same way (deterministic, within the
+ * contract's tolerance, not always bit-identical to the CPU). For rank 0, axis must be 0 and the result is a copy. The result length is overflow-checked even when x is empty. */
 BK_API BK_NODISCARD bk_status bk_sum_axis(bk_context *ctx, const bk_buffer *x,
                                           const int64_t *dims, int rank, int axis,
                                           bk_buffer **out);

@@ -456,6 +456,14 @@ static void bto_geometries(void) {
       {1, 3, {4}, {2, 4, 8}, {0, 1, 0}},
       {1, 3, {4}, {3, 4, 6}, {0, 1, 0}},
       {2, 4, {4, 2}, {17, 2, 1, 4}, {0, 2, 0, 1}},
+      /* The innermost axis reduced (CUDA: the sums of its runs, then the
+       * rest of the geometry over them): an odd run under a reduction, kept
+       * axes permuted above it, three long runs cut into parts, and
+       * everything into one element in parts. */
+      {1, 3, {31}, {50, 31, 37}, {0, 1, 0}},
+      {2, 4, {4, 9}, {9, 20, 4, 33}, {2, 0, 1, 0}},
+      {1, 2, {3}, {3, 200000}, {1, 0}},
+      {2, 2, {1, 1}, {300, 7001}, {1, 2}},
   };
   /* On CUDA the adjoints run on the axis engine: again with one tile per
    * fibre and with chunks folded by a second kernel forced (the hook
@@ -816,6 +824,11 @@ static void sum_random(void) {
       {3, 1, {9, 4, 12}},     {3, 1, {7, 5, 7}},   {3, 1, {5, 16, 8}},   {3, 1, {6, 17, 3}},
       {3, 1, {3000, 17, 5}},  {2, 1, {3000, 33}},  {3, 1, {2, 1500, 600}}, {2, 0, {30001, 2}},
       {3, 1, {1100, 18, 257}},
+      /* Runs (inner 1): one lane a run (8, 16 terms), groups of lanes (17,
+       * 33, 513 terms, unaligned starts), runs cut into parts (3 x 100003),
+       * and one run of 3000017 terms. */
+      {2, 1, {5000, 8}},     {2, 1, {300, 16}},   {2, 1, {3000, 17}},   {2, 1, {700, 33}},
+      {2, 1, {64, 513}},     {2, 1, {3, 100003}}, {1, 0, {3000017}},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
@@ -836,6 +849,13 @@ static void sum_order(void) {
   const double r[] = {big, 1, -big, 1};
   b = tl_buf(BK_F64, r, 4);
   dims_exact(bk_sum_axis, b, (int64_t[]){4}, 1, 0, (double[]){1}, 1);
+  bk_buffer_release(b);
+  /* 16 contiguous terms are one chain too: [2^60, 1 x 7, -2^60, 1 x 7]
+   * gives 7 (two chains of 8 would give 0). */
+  double w[16];
+  for (int j = 0; j < 16; j++) w[j] = j == 0 ? big : j == 8 ? -big : 1;
+  b = tl_buf(BK_F64, w, 16);
+  dims_exact(bk_sum_axis, b, (int64_t[]){1, 16}, 2, 1, (double[]){7}, 1);
   bk_buffer_release(b);
 }
 

@@ -2,7 +2,8 @@
  * (bk__cuda_axis_force: the planner's, registers, one tile, chunks, clusters) at the edges of
  * its geometries, in both dtypes, for compute-sanitizer: middle-axis softmax and bk_sum_axis
  * over (outer, n, inner), and broadcast adjoints of the general geometry (reduced axes on both
- * sides of a kept one, permuted kept axes, several outer indices per tile) and the transpose.
+ * sides of a kept one, permuted kept axes, several outer indices per tile, the innermost axis
+ * reduced: runs of consecutive terms) and the transpose.
  * Build: cc -std=c11 -Iinclude -Isrc dev/cuda/axis_sanitize.c -Lbuild -lbufkern -o axis_san */
 #include <bufkern.h>
 #include <stdbool.h>
@@ -29,12 +30,18 @@ int main(void) {
   if (bk_context_create(d, &ctx)) { printf("no ctx\n"); return 2; }
   static const long long axes[][3] = {{3, 2, 4}, {2, 5, 7}, {3, 17, 12}, {2, 65, 256},
                                       {2, 130, 257}, {1, 300, 300}, {1, 4100, 64}, {300, 40, 1},
-                                      {1, 20000, 1}, {600, 3, 8}, {2, 700, 2}};
+                                      {1, 20000, 1}, {600, 3, 8}, {2, 700, 2},
+                                      /* runs (inner 1): one lane, groups, parts */
+                                      {700, 9, 1}, {300, 16, 1}, {90, 17, 1}, {40, 513, 1},
+                                      {3, 70001, 1}, {1, 300007, 1}};
   static const struct { int in_rank, out_rank; long long in[4], out[4], map[4]; } geos[] = {
       {1, 3, {3}, {200, 3, 200}, {0, 1, 0}},        {2, 4, {1200, 5}, {3, 1200, 7, 5}, {0, 1, 0, 2}},
       {2, 4, {1100, 8}, {3, 1100, 7, 8}, {0, 1, 0, 2}}, {2, 3, {8, 30}, {30, 50, 8}, {2, 0, 1}},
       {2, 3, {6, 30}, {30, 6, 50}, {2, 1, 0}},       {2, 4, {4, 2}, {17, 2, 1, 4}, {0, 2, 0, 1}},
       {2, 2, {70, 300}, {300, 70}, {2, 1}},          {3, 3, {4, 5, 6}, {6, 4, 5}, {3, 1, 2}},
+      /* innermost axis reduced: runs, then the rest over their sums */
+      {1, 3, {31}, {50, 31, 37}, {0, 1, 0}},          {2, 4, {4, 9}, {9, 20, 4, 33}, {2, 0, 1, 0}},
+      {1, 2, {3}, {3, 200000}, {1, 0}},              {2, 2, {1, 1}, {300, 7001}, {1, 2}},
   };
   int bad = 0;
   for (int strategy = 0; strategy <= 4; strategy++) {

@@ -29,6 +29,10 @@
  *    folds them in chunk order per column. Softmax then reads x again in a
  *    third kernel, newest chunks first, so that what the first kernel read
  *    last is still in L2.
+ * Sums whose terms lie in runs of consecutive elements (inner == 1, and
+ * the first step of an adjoint whose innermost output axis is reduced) take
+ * a fourth strategy, runs (ax_runs_kernel below): lanes read the runs
+ * themselves in 16-byte vectors instead of columns of single elements.
  * Inside a tile, each column's rows are cut into TY ordered segments (TY =
  * 256 / columns, so every thread works); segment results are combined in
  * segment order. Sums therefore fold consecutive terms in float64 in index
@@ -613,6 +617,105 @@ static __global__ void __launch_bounds__(AX_THREADS)
   }
 }
 
+/* ---- runs: sums of consecutive terms ------------------------------------------------ */
+
+/* Sums of runs of L consecutive elements (run m is x[m*L, m*L + L)): the
+ * sum along an axis of inner extent 1, and the first step of a broadcast
+ * adjoint whose innermost output axis is reduced. A run is cut into parts of
+ * lp consecutive elements (parts > 1 only when there are too few runs for
+ * the device); a group of g lanes takes a part in chunks of g * S elements,
+ * lane l of the group folding elements [l*S, l*S + S) of the chunk as one
+ * chain. The group folds its lanes' chains in lane order, the part folds its
+ * chunks in order, and ax_parts_kernel folds a run's parts in order: nested
+ * segments of consecutive terms, each level added in order. A run of at most
+ * 16 terms is one lane's single chain (g = 1, S >= 16). Lanes read their
+ * elements through aligned 16-byte vectors, the window shifted by the run's
+ * offset within a vector. */
+struct ax_runs {
+  int64_t M, L, lp, parts, units; /* units = M * parts */
+  bk_divider dparts;
+  int lgg; /* log2 of the lanes per group */
+  int vec; /* x is 16-byte aligned */
+};
+
+template <typename T, int NV, typename TO>
+static __global__ void __launch_bounds__(AX_THREADS)
+    ax_runs_kernel(const T *__restrict__ x, TO *__restrict__ out, ax_runs p) {
+  constexpr int V = 16 / (int)sizeof(T);
+  constexpr int S = NV * V; /* elements of a lane's chain per chunk */
+  const int lane = threadIdx.x & 31;
+  const int G = 1 << p.lgg, gl = lane & (G - 1), gbase = lane - gl;
+  const int64_t gpw = 32 >> p.lgg; /* groups per warp */
+  const int64_t warp = ((int64_t)blockIdx.x * AX_THREADS + threadIdx.x) >> 5;
+  const int64_t step = (int64_t)gridDim.x * (AX_THREADS / 32) * gpw;
+  const int64_t total = p.M * p.L, cl = (int64_t)G * S;
+  const int64_t nck = (p.lp + cl - 1) / cl; /* chunks of the longest part */
+  for (int64_t u0 = warp * gpw; u0 < p.units; u0 += step) {
+    const int64_t u = u0 + (lane >> p.lgg);
+    int64_t rs = 0, re = 0;
+    if (u < p.units) {
+      const int64_t m = p.parts == 1 ? u : (int64_t)bk_divider_q(p.dparts, (uint64_t)u);
+      const int64_t rend = m * p.L + p.L;
+      rs = m * p.L + (u - m * p.parts) * p.lp;
+      re = rend - rs < p.lp ? rend : rs + p.lp;
+    }
+    double acc = -0.0; /* -0 + t == t */
+    for (int64_t k = 0; k < nck; k++) {
+      const int64_t e0 = rs + k * cl + (int64_t)gl * S;
+      double s = -0.0;
+      if (e0 < re) {
+        const int cnt = re - e0 < S ? (int)(re - e0) : S;
+        const int64_t base = e0 & ~(int64_t)(V - 1);
+        const int off = (int)(e0 - base);
+        if (p.vec && base + (NV + 1) * V <= total) {
+          T w[(NV + 1) * V];
+#pragma unroll
+          for (int i = 0; i < NV + 1; i++)
+            if (i * V < off + cnt) bk_vload<V>(x + base + i * V, w + i * V);
+#pragma unroll
+          for (int j = 0; j < S; j++) {
+            T v = w[j];
+#pragma unroll
+            for (int o = 1; o < V; o++) v = off == o ? w[j + o] : v;
+            if (j < cnt) s += (double)v;
+          }
+        } else {
+          for (int j = 0; j < cnt; j++) s += (double)x[e0 + j];
+        }
+      }
+      double c = -0.0;
+      for (int i = 0; i < G; i++) c += __shfl_sync(0xffffffffu, s, gbase + i);
+      acc += c;
+    }
+    if (u < p.units && gl == 0) out[u] = (TO)acc;
+  }
+}
+
+/* out[m] = the parts of run m folded in order: each thread folds a
+ * consecutive range of them, then thread 0 folds the threads' sums. */
+template <typename TO>
+static __global__ void __launch_bounds__(AX_THREADS)
+    ax_parts_kernel(const double *__restrict__ part, TO *__restrict__ out, int64_t M,
+                    int64_t parts) {
+  __shared__ double red[AX_THREADS];
+  const int64_t per = (parts + AX_THREADS - 1) / AX_THREADS;
+  const int nt = (int)((parts + per - 1) / per);
+  for (int64_t m = blockIdx.x; m < M; m += gridDim.x) {
+    const double *pm = part + m * parts;
+    double a = -0.0;
+    const int64_t lo = threadIdx.x * per, hi = lo + per < parts ? lo + per : parts;
+    for (int64_t i = lo; i < hi; i++) a += pm[i];
+    red[threadIdx.x] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double sum = -0.0;
+      for (int i = 0; i < nt; i++) sum += red[i];
+      out[m] = (TO)sum;
+    }
+    __syncthreads();
+  }
+}
+
 /* ---- planner ------------------------------------------------------------------------ */
 
 static int64_t ax_pow2_floor(int64_t v) {
@@ -894,6 +997,69 @@ static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, in
   return s;
 }
 
+/* Sums of the M runs of L consecutive elements of x into out[0..M), in
+ * TO (the result's dtype, or float64 for a later step). Lanes per group:
+ * the fewest whose chains cover a run in one chunk, at most a warp. Runs
+ * are cut into parts while the units would not give every lane the device
+ * holds two of them, each part at least four chunks long; the parts' sums
+ * go to float64 scratch and ax_parts_kernel folds them. */
+template <typename T, int NV, typename TO>
+static bk_status ax_runs_go(bk_context *ctx, const char *fn, const T *x, TO *out, int64_t M,
+                            int64_t L) {
+  constexpr int64_t S = NV * (16 / (int64_t)sizeof(T));
+  auto kern = ax_runs_kernel<T, NV, TO>;
+  ax_runs p;
+  memset(&p, 0, sizeof p);
+  p.M = M;
+  p.L = L;
+  p.vec = bk_aligned16(x);
+  while (p.lgg < 5 && (S << p.lgg) < L) p.lgg++;
+  const int64_t G = (int64_t)1 << p.lgg, cl = G * S;
+  const int per_sm = bk__cuda_occupancy(ctx, (const void *)kern, AX_THREADS, 0, 0);
+  const int64_t lanes = (int64_t)bk_cu(ctx)->sm_count * (per_sm > 0 ? per_sm : 1) * AX_THREADS;
+  p.parts = 1;
+  p.lp = L;
+  if (M * G < 2 * lanes && L >= 8 * cl) {
+    int64_t parts = (2 * lanes + M * G - 1) / (M * G);
+    if (parts > L / (4 * cl)) parts = L / (4 * cl);
+    p.lp = (L + parts - 1) / parts;
+    p.lp = (p.lp + cl - 1) / cl * cl;
+    p.parts = (L + p.lp - 1) / p.lp;
+  }
+  p.units = M * p.parts;
+  p.dparts = bk_divider_make((uint64_t)p.parts);
+  cudaStream_t st = bk_stream(ctx);
+  const unsigned grid = bk_cuda_blocks(ctx, (p.units + (32 >> p.lgg) - 1) / (32 >> p.lgg) * 32,
+                                       AX_THREADS);
+  if (p.parts == 1) {
+    kern<<<grid, AX_THREADS, 0, st>>>(x, out, p);
+    return bk__cuda_launched(fn, "ax_runs_kernel");
+  }
+  double *part = NULL;
+  bk_status s = bk__cuda_scratch(ctx, fn, (size_t)p.units * sizeof(double), (void **)&part);
+  if (s != BK_OK) return s;
+  ax_runs_kernel<T, NV, double><<<grid, AX_THREADS, 0, st>>>(x, part, p);
+  s = bk__cuda_launched(fn, "ax_runs_kernel");
+  if (s == BK_OK) {
+    ax_parts_kernel<TO><<<bk_cuda_grid(M < 65536 ? M : 65536), AX_THREADS, 0, st>>>(part, out, M,
+                                                                                  p.parts);
+    s = bk__cuda_launched(fn, "ax_parts_kernel");
+  }
+  bk__cuda_scratch_free(ctx, part);
+  return s;
+}
+
+/* A run of at most AX_NR terms is one chain: 16 elements a lane. */
+template <typename T, typename TO>
+static bk_status ax_runs_launch(bk_context *ctx, const char *fn, const T *x, TO *out, int64_t M,
+                                int64_t L) {
+  if (sizeof(T) == 8 && L <= AX_NR) return ax_runs_go<T, 8, TO>(ctx, fn, x, out, M, L);
+  return ax_runs_go<T, 4, TO>(ctx, fn, x, out, M, L);
+}
+
+/* Runs pay from 32 bytes; shorter ones stay with the columns in registers. */
+static bool ax_runs_take(int64_t L, int64_t es) { return L * es >= 32; }
+
 /* 16-byte vectors when both pointers are aligned and inner is a multiple of
  * the vector width (so no vector crosses a row). */
 template <typename T, int OP, typename G>
@@ -917,6 +1083,10 @@ extern "C" bk_status bk__cuda_axis_softmax(bk_context *ctx, const char *fn, bk_d
 extern "C" bk_status bk__cuda_axis_sum(bk_context *ctx, const char *fn, bk_dtype dt,
                                        const void *x, void *y, int64_t outer, int64_t n,
                                        int64_t inner) {
+  if (inner == 1 && bk__cuda_axis_runs_take(ctx, dt, n)) {
+    if (dt == BK_F32) return ax_runs_launch(ctx, fn, (const float *)x, (float *)y, outer, n);
+    return ax_runs_launch(ctx, fn, (const double *)x, (double *)y, outer, n);
+  }
   if (dt == BK_F32) return ax_run<float, AX_SUM>(ctx, fn, x, y, outer, n, inner, ax_std());
   return ax_run<double, AX_SUM>(ctx, fn, x, y, outer, n, inner, ax_std());
 }
@@ -958,6 +1128,21 @@ extern "C" bk_status bk__cuda_axis_sum_general(bk_context *ctx, const char *fn, 
   }
   if (dt == BK_F32) return ax_run<float, AX_SUM>(ctx, fn, x, y, outer, n, inner, g);
   return ax_run<double, AX_SUM>(ctx, fn, x, y, outer, n, inner, g);
+}
+
+/* The sums of runs of L consecutive elements of x (a float32 or float64
+ * tensor of M * L elements) into float64 out[0..M): the first step of a
+ * broadcast adjoint whose innermost output axis is reduced. */
+extern "C" bk_status bk__cuda_axis_runs(bk_context *ctx, const char *fn, bk_dtype dt,
+                                        const void *x, double *out, int64_t M, int64_t L) {
+  if (dt == BK_F32) return ax_runs_launch(ctx, fn, (const float *)x, out, M, L);
+  return ax_runs_launch(ctx, fn, (const double *)x, out, M, L);
+}
+
+/* Whether the planner takes runs of L terms (a forced strategy keeps them
+ * out, so the tests reach the others at the same shapes). */
+extern "C" bool bk__cuda_axis_runs_take(bk_context *ctx, bk_dtype dt, int64_t L) {
+  return bk_cu(ctx)->axis_force == AX_FORCE_AUTO && ax_runs_take(L, dt == BK_F32 ? 4 : 8);
 }
 
 /* Test hook (src/core/hooks.h): the strategy ctx's axis engine takes

@@ -367,6 +367,14 @@ bk_status bk__cuda_axis_sum(bk_context *ctx, const char *fn, bk_dtype dt, const 
  * the output (cut into ordered segments as for bk_sum_axis). */
 bk_status bk__cuda_axis_sum_general(bk_context *ctx, const char *fn, bk_dtype dt, const void *x,
                                     void *y, int rank, const int64_t *dims, const int64_t *stride);
+/* Sums of the M runs of L consecutive elements of x (run m is
+ * x[m*L, m*L + L)) into float64 out[0..M), as nested ordered segments of
+ * consecutive terms (a run of at most 16 terms one chain); the first step of
+ * an adjoint whose innermost canonical axis is reduced. _take: whether the
+ * planner takes runs of L terms (from 32 bytes, and no strategy forced). */
+bk_status bk__cuda_axis_runs(bk_context *ctx, const char *fn, bk_dtype dt, const void *x,
+                             double *out, int64_t M, int64_t L);
+bool bk__cuda_axis_runs_take(bk_context *ctx, bk_dtype dt, int64_t L);
 /* xent.cu */
 bk_status bk__cuda_xent_weighted_mean(bk_context *ctx, bk_dtype dt, const void *logits,
                                       const void *w, void *y, int64_t rows, int64_t cols);

@@ -14,7 +14,9 @@
  * reduced axis runs on the axis engine (axis.cu), which also serves
  * bk_sum_axis: as an (outer, n, inner) sum where the canonical axes are
  * one, else in one pass over the general geometry (all reduced axes as the
- * rows, the kept ones as the results). An adjoint that reduces nothing is
+ * rows, the kept ones as the results). Where the innermost output axis is
+ * reduced, its runs of consecutive terms are summed first (float64) and the
+ * rest of the geometry is summed over those sums. An adjoint that reduces nothing is
  * a copy, or the gather of the inverse permutation on the broadcast
  * kernels. broadcast_col is a broadcast_to and reuses its paths.
  */
@@ -274,14 +276,71 @@ static bk_status launch_swap(bk_context *ctx, const char *fn, const T *x, T *y, 
  * a gather like the broadcasts'); else one sum on the axis engine (axis.cu), as an
  * (outer, n, inner) sum where it is one, else over the general geometry. */
 template <typename T>
+static bk_status fold_canon(bk_context *ctx, const char *fn, const T *dout, T *din, int n,
+                            const int64_t *dims, const int64_t *stride, int64_t total,
+                            int64_t in_length);
+
+/* din = x rounded to T, n elements. */
+template <typename T>
+static __global__ void __launch_bounds__(256)
+    round_kernel(const double *__restrict__ x, T *__restrict__ y, int64_t n) {
+  const int64_t step = (int64_t)gridDim.x * 256;
+  for (int64_t i = (int64_t)blockIdx.x * 256 + threadIdx.x; i < n; i += step) y[i] = (T)x[i];
+}
+
+/* The innermost canonical axis is reduced: the sums of its runs of
+ * dims[n-1] consecutive terms first (float64, axis.cu), then the rest of the
+ * geometry over those sums in float64, rounded once into din. Each result
+ * thus adds its runs' sums in row-major order of the output: nested
+ * segments of consecutive terms, as the header states. */
+template <typename T>
+static bk_status fold_runs(bk_context *ctx, const char *fn, const T *dout, T *din, int n,
+                           const int64_t *dims, const int64_t *stride, int64_t total,
+                           int64_t in_length) {
+  const bk_dtype dt = sizeof(T) == 4 ? BK_F32 : BK_F64;
+  const int64_t L = dims[n - 1], M = total / L;
+  double *P = NULL, *Q = NULL;
+  bk_status s = bk__cuda_scratch(ctx, fn, (size_t)M * sizeof(double), (void **)&P);
+  if (s != BK_OK) return s;
+  s = bk__cuda_axis_runs(ctx, fn, dt, dout, P, M, L);
+  if (s == BK_OK) {
+    if (sizeof(T) == 8) {
+      Q = reinterpret_cast<double *>(din);
+    } else {
+      s = bk__cuda_scratch(ctx, fn, (size_t)in_length * sizeof(double), (void **)&Q);
+    }
+  }
+  if (s == BK_OK) s = fold_canon<double>(ctx, fn, P, Q, n - 1, dims, stride, M, in_length);
+  if (s == BK_OK && sizeof(T) == 4) {
+    round_kernel<T><<<grid_for(ctx, in_length, 256), 256, 0, bk_stream(ctx)>>>(Q, din,
+                                                                              in_length);
+    s = bk__cuda_launched(fn, "round_kernel");
+  }
+  if (Q && sizeof(T) == 4) bk__cuda_scratch_free(ctx, Q);
+  bk__cuda_scratch_free(ctx, P);
+  return s;
+}
+
+template <typename T>
 static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *din,
                              const bk_bcast_geom *geom) {
   int64_t dims[BK_R], stride[BK_R];
   const int n = canon_axes(geom, dims, stride);
+  return fold_canon<T>(ctx, fn, dout, din, n, dims, stride, geom->out_length, geom->in_length);
+}
+
+/* The adjoint over canonical axes (dims, stride; total terms, in_length
+ * results). */
+template <typename T>
+static bk_status fold_canon(bk_context *ctx, const char *fn, const T *dout, T *din, int n,
+                            const int64_t *dims, const int64_t *stride, int64_t total,
+                            int64_t in_length) {
   if (n == 0) return copy_async(ctx, fn, din, dout, sizeof(T));
   if (n == 1 && stride[0] == 1)
-    return copy_async(ctx, fn, din, dout, (size_t)geom->out_length * sizeof(T));
+    return copy_async(ctx, fn, din, dout, (size_t)total * sizeof(T));
   const bk_dtype dt = sizeof(T) == 4 ? BK_F32 : BK_F64;
+  if (stride[n - 1] == 0 && n > 1 && bk__cuda_axis_runs_take(ctx, dt, dims[n - 1]))
+    return fold_runs<T>(ctx, fn, dout, din, n, dims, stride, total, in_length);
 
   /* One reduced axis between contiguous kept ones, (outer, n, inner) with
    * the input (outer, inner). */
@@ -322,10 +381,10 @@ static bk_status launch_fold(bk_context *ctx, const char *fn, const T *dout, T *
     g.div[j] = bk_divider_make((uint64_t)g.dim[j]);
   }
   switch (n) {
-    case 2: return launch_broadcast_r<T, 2>(ctx, fn, dout, din, g, geom->in_length);
-    case 3: return launch_broadcast_r<T, 3>(ctx, fn, dout, din, g, geom->in_length);
-    case 4: return launch_broadcast_r<T, 4>(ctx, fn, dout, din, g, geom->in_length);
-    default: return launch_broadcast_r<T, 0>(ctx, fn, dout, din, g, geom->in_length);
+    case 2: return launch_broadcast_r<T, 2>(ctx, fn, dout, din, g, in_length);
+    case 3: return launch_broadcast_r<T, 3>(ctx, fn, dout, din, g, in_length);
+    case 4: return launch_broadcast_r<T, 4>(ctx, fn, dout, din, g, in_length);
+    default: return launch_broadcast_r<T, 0>(ctx, fn, dout, din, g, in_length);
   }
 }
 
