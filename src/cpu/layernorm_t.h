@@ -4,17 +4,29 @@
  * values, rounded once on store, in BK_LANES partials (vec.h).
  */
 
-/* sum_j (x[j] - mu)^2 in float64 partials. */
+/* sum_j (x[j] - mu)^2 in float64 partials, lane j % BK_LANES, partials
+ * 4q..4q+3 held in registers as in rk_sum64 (typed_t.h): the same
+ * operations per lane as a 16-entry array, without its memory traffic. */
 static inline double BK_FN(ln_sq)(const BK_T *restrict x, int64_t n, double mu) {
-  double lane[BK_LANES] = {0};
+  bk_v4d a[4] = {{0}};
+  const bk_v4d m4 = {mu, mu, mu, mu};
   int64_t j = 0;
   for (; j + BK_LANES <= n; j += BK_LANES) {
-#pragma omp simd
-    for (int l = 0; l < BK_LANES; l++) {
-      const double d = (double)x[j + l] - mu;
-      lane[l] += d * d;
+    for (int q = 0; q < 4; q++) {
+#if BK_T_F32
+      bk_v4f v;
+      memcpy(&v, x + j + 4 * q, sizeof v);
+      const bk_v4d d = __builtin_convertvector(v, bk_v4d) - m4;
+#else
+      bk_v4d v;
+      memcpy(&v, x + j + 4 * q, sizeof v);
+      const bk_v4d d = v - m4;
+#endif
+      a[q] += d * d;
     }
   }
+  double lane[BK_LANES];
+  memcpy(lane, a, sizeof lane);
   for (int l = 0; j < n; j++, l++) {
     const double d = (double)x[j] - mu;
     lane[l] += d * d;
