@@ -419,6 +419,112 @@ static void determinism(void) {
   }
 }
 
+/* ---- long rows, sampled bins ------------------------------------------------------- */
+
+/* Bin k of the DFT of x (n), in long double over the table w of roots(),
+ * k*t reduced mod n in integers. */
+static void ref_bin(const double *x, int64_t n, int64_t k, const ld *wr, const ld *wi, double *re,
+                    double *im) {
+  ld sr = 0, si = 0;
+  int64_t e = 0;
+  for (int64_t t = 0; t < n; t++) {
+    sr += (ld)x[t] * wr[e];
+    si += (ld)x[t] * wi[e];
+    e += k;
+    if (e >= n) e -= n;
+  }
+  *re = (double)sr;
+  *im = (double)si;
+}
+
+/* Sample t of the unnormalized inverse of the half spectrum Y (n/2+1 bins). */
+static double ref_sample(const double *Y, int64_t n, int64_t t, const ld *wr, const ld *wi) {
+  ld s = Y[0];
+  int64_t e = 0;
+  for (int64_t k = 1; k <= n / 2; k++) {
+    e += t;
+    if (e >= n) e -= n;
+    const ld v = (ld)Y[2 * k] * wr[e] + (ld)Y[2 * k + 1] * wi[e];
+    s += 2 * k == n ? v : 2 * v;
+  }
+  return (double)s;
+}
+
+/* Rows too long for a full O(n^2) reference: primes (1009, 65537:
+ * Bluestein), an odd composite (15015 = 3*5*7*11*13), 2^20 at batch 1, odd
+ * batches; 16 bins (or samples) per row checked against long double, the
+ * ends included. The last row of each batch is also transformed alone. */
+static void long_rows(void) {
+  static const int64_t ns[] = {1009, 15015, 65537, 1 << 20};
+  static const int64_t batches[] = {3, 3, 1, 1};
+  enum { K = 16 };
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+      const int64_t n = ns[c], batch = batches[c], bins = n / 2 + 1;
+      double *x = tl_xmalloc((size_t)(batch * n) * sizeof *x);
+      ld *wr = tl_xmalloc((size_t)n * sizeof *wr), *wi = tl_xmalloc((size_t)n * sizeof *wi);
+      roots(n, wr, wi);
+      tl_seed(7000 + (uint64_t)n);
+      tl_fill_randn(x, batch * n);
+      tl_round(dt, x, batch * n);
+      int64_t ks[K];
+      for (int i = 0; i < K; i++) ks[i] = i == 0 ? 0 : i == 1 ? 1 : i == 2 ? bins - 1
+                                        : (int64_t)(tl_next() % (uint64_t)bins);
+      bk_buffer *bx = tl_buf(dt, x, batch * n), *y = NULL, *z = NULL;
+      if (TL_OK(bk_rfft(tl_ctx, bx, batch, n, &y)) == BK_OK) {
+        double *g = tl_read(y);
+        double got[2 * K], ref[2 * K];
+        for (int64_t b = 0; b < batch; b++) {
+          for (int i = 0; i < K; i++) {
+            ref_bin(x + b * n, n, ks[i], wr, wi, &ref[2 * i], &ref[2 * i + 1]);
+            got[2 * i] = g[(b * bins + ks[i]) * 2];
+            got[2 * i + 1] = g[(b * bins + ks[i]) * 2 + 1];
+          }
+          if (!TL_CLOSE(got, ref, 2 * K, tl_tol_contract(dt, (double)n),
+                        signal_scale(x + b * n, 1, n)))
+            fprintf(stderr, "  (rfft %s n = %" PRId64 " row %" PRId64 ")\n", tl_dtname(dt), n, b);
+        }
+        /* The inverse of that spectrum, sampled likewise. */
+        if (TL_OK(bk_irfft_unnormalized(tl_ctx, y, batch, n, &z)) == BK_OK) {
+          double *h = tl_read(z);
+          for (int64_t b = 0; b < batch; b++) {
+            for (int i = 0; i < K; i++) {
+              const int64_t t = i == 0 ? 0 : i == 1 ? n - 1 : (int64_t)(tl_next() % (uint64_t)n);
+              ref[i] = ref_sample(g + b * bins * 2, n, t, wr, wi);
+              got[i] = h[b * n + t];
+            }
+            if (!TL_CLOSE(got, ref, K, tl_tol_contract(dt, (double)n),
+                          spec_scale(g + b * bins * 2, 1, n, 0)))
+              fprintf(stderr, "  (irfft %s n = %" PRId64 " row %" PRId64 ")\n", tl_dtname(dt), n,
+                      b);
+          }
+          free(h);
+        }
+        if (batch > 1 && bk_context_device(tl_ctx).kind == BK_DEVICE_CPU) {
+          bk_buffer *row = tl_buf(dt, x + (batch - 1) * n, n), *r = NULL;
+          if (TL_OK(bk_rfft(tl_ctx, row, 1, n, &r)) == BK_OK) {
+            double *gr = tl_read(r);
+            TL_CHECK(memcmp(gr, g + (batch - 1) * bins * 2, (size_t)(bins * 2) * sizeof *gr) == 0,
+                     "n = %" PRId64 ": rfft of a row alone differs from the row in a batch", n);
+            free(gr);
+          }
+          bk_buffer_release(r);
+          bk_buffer_release(row);
+        }
+        free(g);
+      }
+      TL_UNCHANGED(bx, x, batch * n);
+      bk_buffer_release(z);
+      bk_buffer_release(y);
+      bk_buffer_release(bx);
+      free(x);
+      free(wr);
+      free(wi);
+    }
+  }
+}
+
 /* ---- empty cases and rejections ----------------------------------------------------- */
 
 static void empty(void) {
@@ -524,6 +630,7 @@ int main(void) {
   TL_RUN(ignored_parts);
   TL_RUN(adjoint);
   TL_RUN(determinism);
+  TL_RUN(long_rows);
   TL_RUN(empty);
   TL_RUN(errors);
   TL_RUN(allocation_failures);
