@@ -62,13 +62,14 @@ static double copy_rate(bk_context *ctx) {
     bk_buffer *b = NULL;
     if (bk_context_synchronize(ctx)) break;
     const double t0 = now_ms();
-    if (bk_buffer_copy(ctx, a, &b)) break;
-    if (bk_context_synchronize(ctx)) break;
+    const int bad = bk_buffer_copy(ctx, a, &b) || bk_context_synchronize(ctx);
     const double ms = now_ms() - t0;
     bk_buffer_release(b);
+    if (bad) break;
     if (r > 0 && ms < best) best = ms;
   }
   bk_buffer_release(a);
+  if (best >= 1e30) return 0;
   return 2.0 * 4.0 * (double)n / (best * 1e6);
 }
 
@@ -96,7 +97,7 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 5; k++) {
       ms[k] = -1;
       if (k == 4 && !softmax) continue;
-      if (!bk__cuda_axis_force(ctx, k)) return 4;
+      if (!bk__cuda_axis_force(ctx, k)) { bk_buffer_release(x); bk_context_destroy(ctx); return 4; }
       ms[k] = time_op(ctx, softmax, x, dims, once);
     }
     (void)bk__cuda_axis_force(ctx, 0);
@@ -104,7 +105,7 @@ int main(int argc, char **argv) {
     const double bytes = softmax ? 2.0 * es * (double)(o * n * i) : es * (double)(o * n * i + o * i);
     printf("%-7s %s %8lldx%6lldx%6lld", softmax ? "softmax" : "sum", f64 ? "f64" : "f32", o, n, i);
     for (int k = 0; k < 5; k++) printf(" %8.4f", ms[k]);
-    printf(" %8.1f\n", once || ms[0] <= 0 ? 0.0 : 100.0 * bytes / (ms[0] * 1e6) / gbs);
+    printf(" %8.1f\n", once || ms[0] <= 0 || gbs <= 0 ? 0.0 : 100.0 * bytes / (ms[0] * 1e6) / gbs);
     fflush(stdout);
     bk_buffer_release(x);
   }
