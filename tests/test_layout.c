@@ -824,11 +824,16 @@ static void sum_random(void) {
       {3, 1, {9, 4, 12}},     {3, 1, {7, 5, 7}},   {3, 1, {5, 16, 8}},   {3, 1, {6, 17, 3}},
       {3, 1, {3000, 17, 5}},  {2, 1, {3000, 33}},  {3, 1, {2, 1500, 600}}, {2, 0, {30001, 2}},
       {3, 1, {1100, 18, 257}},
+      /* Flat tiles whose slabs (18 x 245, 397 x 170 rows cut into chunks)
+       * start at every offset within 16 bytes: the tile's shifted copy. */
+      {3, 1, {700, 18, 245}}, {3, 1, {3, 397, 170}}, {3, 1, {2000, 19, 3}},
       /* Runs (inner 1): one lane a run (8, 16 terms), groups of lanes (17,
-       * 33, 513 terms, unaligned starts), runs cut into parts (3 x 100003),
-       * and one run of 3000017 terms. */
+       * 33, 513 terms, unaligned starts; 100 terms fold in quads), runs of
+       * several chunks (513, 5000: two chunks in flight), runs cut into
+       * parts (3 x 100003), and one run of 3000017 terms. */
       {2, 1, {5000, 8}},     {2, 1, {300, 16}},   {2, 1, {3000, 17}},   {2, 1, {700, 33}},
-      {2, 1, {64, 513}},     {2, 1, {3, 100003}}, {1, 0, {3000017}},
+      {2, 1, {64, 513}},     {2, 1, {3, 100003}}, {1, 0, {3000017}},    {2, 1, {500, 100}},
+      {2, 1, {200, 5000}},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];

@@ -157,6 +157,10 @@ static void softmax_random(void) {
       {3, {9, 4, 12}},    {3, {7, 5, 7}},    {3, {5, 16, 8}},   {3, {6, 17, 3}},
       {3, {1500, 20, 3}}, {3, {1, 200, 64}}, {3, {1, 4000, 16}}, {3, {2, 30000, 4}},
       {3, {1, 8000, 40}},
+      /* Flat tiles whose slabs start at every offset within 16 bytes (the
+       * tile's shifted copy), whole (300 x 18 x 245) and in a cluster's
+       * chunks (2 x 397 x 170), and an odd float64 width (40 x 30 x 7). */
+      {3, {300, 18, 245}}, {3, {2, 397, 170}}, {3, {40, 30, 7}},
   };
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];

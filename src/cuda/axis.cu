@@ -409,6 +409,7 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
 
   for (int64_t u = blockIdx.x; u < p.units; u += gridDim.x) {
     const ax_tile t = ax_tile_of(p, u, false);
+    int sh = 0; /* the tile's shift in elements (below) */
     if constexpr (G::gen) {
       /* Row and outer-index offsets first, then rows of tw columns (VEC
        * at a time) of obc outer indices: (ob, r, c) at (ob*rc + r)*ti + c. */
@@ -430,6 +431,22 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
           ax_cp_async<VEC * (int)sizeof(T)>(tile + (ob * t.rc + r) * p.ti + c,
                                             x + okoff[ob] + rowoff[r] + t.c0 + c);
       }
+    } else if (VEC * (int)sizeof(T) < 16 && p.flat) {
+      /* A contiguous tile whose columns allow no vector walk: 16-byte copies
+       * of its aligned body into the tile shifted by sh elements (shared and
+       * global addresses then agree modulo 16), the ends element by element. */
+      constexpr int W = 16 / (int)sizeof(T);
+      const T *src = x + t.base;
+      sh = (int)(((uintptr_t)src & 15) / sizeof(T));
+      T *dst = tile + sh;
+      const int count = t.obc * t.rc * (int)p.inner;
+      const int head = min((W - sh) % W, count), nvec = (count - head) / W;
+      if (tid < head) ax_cp_async<(int)sizeof(T)>(dst + tid, src + tid);
+#pragma unroll 4
+      for (int i = tid; i < nvec; i += AX_THREADS)
+        ax_cp_async<16>(dst + head + i * W, src + head + i * W);
+      const int tail = head + nvec * W + tid;
+      if (tail < count) ax_cp_async<(int)sizeof(T)>(dst + tail, src + tail);
     } else {
       ax_tile_each<VEC>(
           p, t,
@@ -438,11 +455,12 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
     }
     ax_cp_wait_all();
     __syncthreads();
+    T *const tl = tile + sh; /* the tile's first element */
 
     const bool on = s < p.ty && gob < t.obc && gc < t.tw;
     const bool fon = tid < nq && fob < t.obc && fc < t.tw;
     const int r_lo = s * p.seg, r_hi = on ? min(t.rc, r_lo + p.seg) : r_lo;
-    T *col = tile + (gob * t.rc) * p.ti + gc;
+    T *col = tl + (gob * t.rc) * p.ti + gc;
     const int64_t res = (t.o0 + fob) * p.inner + t.c0 + fc; /* column tid's flat result */
     if constexpr (OP == AX_SUM) {
       double acc[VW];
@@ -541,7 +559,7 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
         }
         /* Every block has read the others' statistics before any moves on. */
         cluster.sync();
-        ax_scale_out<VEC>(p, t, tile, colinv, y);
+        ax_scale_out<VEC>(p, t, tl, colinv, y);
       } else if (p.nch > 1) {
         if (fon) {
           part[(int64_t)t.k * p.R + res] = (double)colm[tid];
@@ -550,7 +568,7 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
       } else {
         if (tid < nq) colinv[tid] = (T)(1.0 / S);
         __syncthreads();
-        ax_scale_out<VEC>(p, t, tile, colinv, y);
+        ax_scale_out<VEC>(p, t, tl, colinv, y);
       }
     }
     /* The next tile's copies overwrite what this one still reads. */
@@ -625,12 +643,15 @@ static __global__ void __launch_bounds__(AX_THREADS)
  * lp consecutive elements (parts > 1 only when there are too few runs for
  * the device); a group of g lanes takes a part in chunks of g * S elements,
  * lane l of the group folding elements [l*S, l*S + S) of the chunk as one
- * chain. The group folds its lanes' chains in lane order, the part folds its
- * chunks in order, and ax_parts_kernel folds a run's parts in order: nested
+ * chain. The group folds its lanes' chains in lane order (groups of 8 or
+ * more in quads, then the quads' sums in order), the part folds its chunks
+ * in order, and ax_parts_kernel folds a run's parts in order: nested
  * segments of consecutive terms, each level added in order. A run of at most
  * 16 terms is one lane's single chain (g = 1, S >= 16). Lanes read their
  * elements through aligned 16-byte vectors, the window shifted by the run's
- * offset within a vector. */
+ * offset within a vector. With TWO (parts of two chunks or more), each lane
+ * has two chunks' loads in flight before it folds either; the order of the
+ * additions is the same. */
 struct ax_runs {
   int64_t M, L, lp, parts, units; /* units = M * parts */
   bk_divider dparts;
@@ -638,7 +659,7 @@ struct ax_runs {
   int vec; /* x is 16-byte aligned */
 };
 
-template <typename T, int NV, typename TO>
+template <typename T, int NV, bool TWO, typename TO>
 static __global__ void __launch_bounds__(AX_THREADS)
     ax_runs_kernel(const T *__restrict__ x, TO *__restrict__ out, ax_runs p) {
   constexpr int V = 16 / (int)sizeof(T);
@@ -659,11 +680,11 @@ static __global__ void __launch_bounds__(AX_THREADS)
       rs = m * p.L + (u - m * p.parts) * p.lp;
       re = rend - rs < p.lp ? rend : rs + p.lp;
     }
-    double acc = -0.0; /* -0 + t == t */
-    for (int64_t k = 0; k < nck; k++) {
+    /* Lane gl's chain over its S elements of chunk k. */
+    auto chain = [&](int64_t k) -> double {
       const int64_t e0 = rs + k * cl + (int64_t)gl * S;
-      double s = -0.0;
-      if (e0 < re) {
+      double s = -0.0; /* -0 + t == t */
+      if (k < nck && e0 < re) {
         const int cnt = re - e0 < S ? (int)(re - e0) : S;
         const int64_t base = e0 & ~(int64_t)(V - 1);
         const int off = (int)(e0 - base);
@@ -683,9 +704,32 @@ static __global__ void __launch_bounds__(AX_THREADS)
           for (int j = 0; j < cnt; j++) s += (double)x[e0 + j];
         }
       }
+      return s;
+    };
+    /* The group's chains in lane order: below 8 lanes one by one, else in
+     * quads, then the quads' sums in order. */
+    auto fold = [&](double s) -> double {
       double c = -0.0;
-      for (int i = 0; i < G; i++) c += __shfl_sync(0xffffffffu, s, gbase + i);
-      acc += c;
+      if (G < 8) {
+        for (int i = 0; i < G; i++) c += __shfl_sync(0xffffffffu, s, gbase + i);
+        return c;
+      }
+      const int q = lane & ~3;
+      double t = -0.0;
+#pragma unroll
+      for (int i = 0; i < 4; i++) t += __shfl_sync(0xffffffffu, s, q + i);
+      for (int i = 0; i < G; i += 4) c += __shfl_sync(0xffffffffu, t, gbase + i);
+      return c;
+    };
+    double acc = -0.0;
+    if constexpr (TWO) {
+      for (int64_t k = 0; k < nck; k += 2) {
+        const double s0 = chain(k), s1 = chain(k + 1);
+        acc += fold(s0);
+        if (k + 1 < nck) acc += fold(s1);
+      }
+    } else {
+      for (int64_t k = 0; k < nck; k++) acc += fold(chain(k));
     }
     if (u < p.units && gl == 0) out[u] = (TO)acc;
   }
@@ -724,13 +768,14 @@ static int64_t ax_pow2_floor(int64_t v) {
   return p;
 }
 
-/* Shared memory a tile kernel block needs beside its tile, at most: a sum's
+/* Shared memory a tile kernel block needs beside its tile, at most: a flat
+ * tile's shift (16 bytes, counted in tile_bytes), a sum's
  * ty * columns float64 segment results (ty * columns / vw <= AX_THREADS)
  * with room for the general geometry's offsets; a softmax's segment
  * results (vw = 1) and each column's maximum and inverse sum (at most
  * AX_THREADS columns; a cluster's column sums are checked with the tile). */
 static constexpr int64_t ax_extra(int op, int64_t es, int64_t vw) {
-  return op == AX_SUM ? AX_THREADS * (8 * vw + 8 + 2 * es) : AX_THREADS * (8 + 2 * es);
+  return 16 + (op == AX_SUM ? AX_THREADS * (8 * vw + 8 + 2 * es) : AX_THREADS * (8 + 2 * es));
 }
 
 /* tmax: the largest tile the device gives a block, two blocks per
@@ -893,7 +938,7 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t vw, int64_
   int lg = 0;
   while (((int64_t)1 << lg) < ti) lg++;
   p->lgti = lg;
-  p->tile_bytes = (size_t)((ob * p->ch * ti * es + 15) / 16 * 16);
+  p->tile_bytes = (size_t)((ob * p->ch * ti * es + 15) / 16 * 16) + (p->flat ? 16 : 0);
   p->smem = p->tile_bytes + (size_t)(nq * ty * 8) + (size_t)(p->cl ? nq * 8 : 0) +
             (op == AX_SOFTMAX ? (size_t)(2 * nq * es) : 0) + (gen ? (size_t)(p->ch + ob) * 8 : 0);
   p->tinner = ax_div32_make((uint64_t)inner);
@@ -1002,12 +1047,37 @@ static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, in
  * the fewest whose chains cover a run in one chunk, at most a warp. Runs
  * are cut into parts while the units would not give every lane the device
  * holds two of them, each part at least four chunks long; the parts' sums
- * go to float64 scratch and ax_parts_kernel folds them. */
+ * go to float64 scratch and ax_parts_kernel folds them. Parts of two
+ * chunks or more take the kernel with two chunks in flight (its extra
+ * registers would cost runs of one chunk occupancy for nothing). */
+template <typename T, int NV, bool TWO, typename TO>
+static bk_status ax_runs_go(bk_context *ctx, const char *fn, const T *x, TO *out,
+                            const ax_runs &p) {
+  cudaStream_t st = bk_stream(ctx);
+  const unsigned grid = bk_cuda_blocks(ctx, (p.units + (32 >> p.lgg) - 1) / (32 >> p.lgg) * 32,
+                                       AX_THREADS);
+  if (p.parts == 1) {
+    ax_runs_kernel<T, NV, TWO, TO><<<grid, AX_THREADS, 0, st>>>(x, out, p);
+    return bk__cuda_launched(fn, "ax_runs_kernel");
+  }
+  double *part = NULL;
+  bk_status s = bk__cuda_scratch(ctx, fn, (size_t)p.units * sizeof(double), (void **)&part);
+  if (s != BK_OK) return s;
+  ax_runs_kernel<T, NV, TWO, double><<<grid, AX_THREADS, 0, st>>>(x, part, p);
+  s = bk__cuda_launched(fn, "ax_runs_kernel");
+  if (s == BK_OK) {
+    ax_parts_kernel<TO><<<bk_cuda_grid(p.M < 65536 ? p.M : 65536), AX_THREADS, 0, st>>>(part, out, p.M,
+                                                                           p.parts);
+    s = bk__cuda_launched(fn, "ax_parts_kernel");
+  }
+  bk__cuda_scratch_free(ctx, part);
+  return s;
+}
+
 template <typename T, int NV, typename TO>
-static bk_status ax_runs_go(bk_context *ctx, const char *fn, const T *x, TO *out, int64_t M,
-                            int64_t L) {
+static bk_status ax_runs_plan(bk_context *ctx, const char *fn, const T *x, TO *out, int64_t M,
+                              int64_t L) {
   constexpr int64_t S = NV * (16 / (int64_t)sizeof(T));
-  auto kern = ax_runs_kernel<T, NV, TO>;
   ax_runs p;
   memset(&p, 0, sizeof p);
   p.M = M;
@@ -1015,7 +1085,8 @@ static bk_status ax_runs_go(bk_context *ctx, const char *fn, const T *x, TO *out
   p.vec = bk_aligned16(x);
   while (p.lgg < 5 && (S << p.lgg) < L) p.lgg++;
   const int64_t G = (int64_t)1 << p.lgg, cl = G * S;
-  const int per_sm = bk__cuda_occupancy(ctx, (const void *)kern, AX_THREADS, 0, 0);
+  const int per_sm =
+      bk__cuda_occupancy(ctx, (const void *)ax_runs_kernel<T, NV, false, TO>, AX_THREADS, 0, 0);
   const int64_t lanes = (int64_t)bk_cu(ctx)->sm_count * (per_sm > 0 ? per_sm : 1) * AX_THREADS;
   p.parts = 1;
   p.lp = L;
@@ -1028,33 +1099,16 @@ static bk_status ax_runs_go(bk_context *ctx, const char *fn, const T *x, TO *out
   }
   p.units = M * p.parts;
   p.dparts = bk_divider_make((uint64_t)p.parts);
-  cudaStream_t st = bk_stream(ctx);
-  const unsigned grid = bk_cuda_blocks(ctx, (p.units + (32 >> p.lgg) - 1) / (32 >> p.lgg) * 32,
-                                       AX_THREADS);
-  if (p.parts == 1) {
-    kern<<<grid, AX_THREADS, 0, st>>>(x, out, p);
-    return bk__cuda_launched(fn, "ax_runs_kernel");
-  }
-  double *part = NULL;
-  bk_status s = bk__cuda_scratch(ctx, fn, (size_t)p.units * sizeof(double), (void **)&part);
-  if (s != BK_OK) return s;
-  ax_runs_kernel<T, NV, double><<<grid, AX_THREADS, 0, st>>>(x, part, p);
-  s = bk__cuda_launched(fn, "ax_runs_kernel");
-  if (s == BK_OK) {
-    ax_parts_kernel<TO><<<bk_cuda_grid(M < 65536 ? M : 65536), AX_THREADS, 0, st>>>(part, out, M,
-                                                                                  p.parts);
-    s = bk__cuda_launched(fn, "ax_parts_kernel");
-  }
-  bk__cuda_scratch_free(ctx, part);
-  return s;
+  if (p.lp > cl) return ax_runs_go<T, NV, true, TO>(ctx, fn, x, out, p);
+  return ax_runs_go<T, NV, false, TO>(ctx, fn, x, out, p);
 }
 
 /* A run of at most AX_NR terms is one chain: 16 elements a lane. */
 template <typename T, typename TO>
 static bk_status ax_runs_launch(bk_context *ctx, const char *fn, const T *x, TO *out, int64_t M,
                                 int64_t L) {
-  if (sizeof(T) == 8 && L <= AX_NR) return ax_runs_go<T, 8, TO>(ctx, fn, x, out, M, L);
-  return ax_runs_go<T, 4, TO>(ctx, fn, x, out, M, L);
+  if (sizeof(T) == 8 && L <= AX_NR) return ax_runs_plan<T, 8, TO>(ctx, fn, x, out, M, L);
+  return ax_runs_plan<T, 4, TO>(ctx, fn, x, out, M, L);
 }
 
 /* Runs pay from 32 bytes; shorter ones stay with the columns in registers. */
