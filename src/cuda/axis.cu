@@ -273,13 +273,15 @@ static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_t
       f(e, t.base + e, ob * (int)p.inner + c);
     }
   } else {
+    /* A row has at most AX_THREADS chunks, so each thread keeps one column
+     * and steps down the rows (offsets by addition, not per element). */
     constexpr int LV = VEC == 4 ? 2 : VEC == 2 ? 1 : 0;
     const int lg = p.lgti - LV; /* log2 of VEC-element chunks per row */
-    const int count = t.rc << lg;
+    const int c = (threadIdx.x & ((1 << lg) - 1)) * VEC, rstep = AX_THREADS >> lg;
+    if (c < t.tw) {
 #pragma unroll 4
-    for (int i = threadIdx.x; i < count; i += AX_THREADS) {
-      const int r = i >> lg, c = (i & ((1 << lg) - 1)) * VEC;
-      if (c < t.tw) f(r * p.ti + c, t.base + rowoff(r) + c, c);
+      for (int r = threadIdx.x >> lg; r < t.rc; r += rstep)
+        f(r * p.ti + c, t.base + rowoff(r) + c, c);
     }
   }
 }
@@ -307,66 +309,82 @@ struct ax_short {
 };
 
 /* Columns in registers: thread g owns columns [g*VEC, g*VEC + VEC) of the
- * flat result index (VEC divides inner, so they share one outer index). */
+ * flat result index (VEC divides inner, so they share one outer index).
+ * The fibre's rows are reached by a pointer stepped by inner, and work past
+ * the fibre's end is skipped by a uniform branch, not predicated: the
+ * kernel is bound by the instructions it issues per element. */
 template <typename T, int OP, int VEC, int NR>
 static __global__ void __launch_bounds__(AX_THREADS)
     ax_reg_kernel(const T *__restrict__ x, T *__restrict__ y, ax_short p) {
   const int64_t groups = p.R / VEC;
-  const int n = (int)p.n;
+  const int64_t st = p.inner;
   const int64_t step = (int64_t)gridDim.x * AX_THREADS;
   for (int64_t g = (int64_t)blockIdx.x * AX_THREADS + threadIdx.x; g < groups; g += step) {
     const int64_t q = g * VEC;
     const int64_t o = (int64_t)bk_divider_q(p.dinner, (uint64_t)q);
-    const int64_t off = o * p.n * p.inner + (q - o * p.inner);
+    const T *px = x + (o * p.n * p.inner + (q - o * p.inner));
     T v[NR][VEC];
     if constexpr (OP == AX_SUM) {
       /* Any n: batches of NR loads in flight, folded in order. */
       double acc[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; e++) acc[e] = -0.0; /* -0 + t == t */
-      for (int64_t j0 = 0; j0 < p.n; j0 += NR) {
+      for (int64_t left = p.n; left > 0; left -= NR) {
+        const int cnt = left < NR ? (int)left : NR;
+        const T *pl = px;
 #pragma unroll
-        for (int j = 0; j < NR; j++)
-          if (j0 + j < p.n) bk_vload<VEC>(x + off + (j0 + j) * p.inner, v[j]);
+        for (int j = 0; j < NR; j++) {
+          if (j >= cnt) break;
+          bk_vload<VEC>(pl, v[j]);
+          pl += st;
+        }
+        px += NR * st; /* the next batch (cnt < NR only for the last) */
 #pragma unroll
-        for (int j = 0; j < NR; j++)
-          if (j0 + j < p.n) {
+        for (int j = 0; j < NR; j++) {
+          if (j >= cnt) break;
 #pragma unroll
-            for (int e = 0; e < VEC; e++) acc[e] += (double)v[j][e];
-          }
+          for (int e = 0; e < VEC; e++) acc[e] += (double)v[j][e];
+        }
       }
       T out[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; e++) out[e] = (T)acc[e];
       bk_vstore_cs<VEC>(y + q, out);
     } else {
+      const int n = (int)p.n;
+      const T *pl = px;
 #pragma unroll
-      for (int j = 0; j < NR; j++)
-        if (j < n) bk_vload<VEC>(x + off + j * p.inner, v[j]);
+      for (int j = 0; j < NR; j++) {
+        if (j >= n) break;
+        bk_vload<VEC>(pl, v[j]);
+        pl += st;
+      }
       T inv[VEC];
 #pragma unroll
       for (int e = 0; e < VEC; e++) {
         T m = (T)-INFINITY;
 #pragma unroll
-        for (int j = 0; j < NR; j++)
-          if (j < n) m = ax_max(m, v[j][e]);
+        for (int j = 0; j < NR; j++) {
+          if (j >= n) break;
+          m = ax_max(m, v[j][e]);
+        }
         double s = 0.0;
 #pragma unroll
         for (int j = 0; j < NR; j++) {
-          if (j < n) {
-            v[j][e] = (v[j][e] == m && m == (T)-INFINITY) ? (T)0 : ax_exp(v[j][e] - m);
-            s += (double)v[j][e];
-          }
+          if (j >= n) break;
+          v[j][e] = (v[j][e] == m && m == (T)-INFINITY) ? (T)0 : ax_exp(v[j][e] - m);
+          s += (double)v[j][e];
         }
         inv[e] = ax_recip<T>(s);
       }
+      T *py = y + (px - x);
 #pragma unroll
       for (int j = 0; j < NR; j++) {
-        if (j < n) {
+        if (j >= n) break;
 #pragma unroll
-          for (int e = 0; e < VEC; e++) v[j][e] *= inv[e];
-          bk_vstore_cs<VEC>(y + off + j * p.inner, v[j]);
-        }
+        for (int e = 0; e < VEC; e++) v[j][e] *= inv[e];
+        bk_vstore_cs<VEC>(py, v[j]);
+        py += st;
       }
     }
   }
