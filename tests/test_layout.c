@@ -827,6 +827,9 @@ static void sum_random(void) {
       /* Flat tiles whose slabs (18 x 245, 397 x 170 rows cut into chunks)
        * start at every offset within 16 bytes: the tile's shifted copy. */
       {3, 1, {700, 18, 245}}, {3, 1, {3, 397, 170}}, {3, 1, {2000, 19, 3}},
+      /* Fibres of 40 terms streamed through the register kernel (68000
+       * columns: its bound on a 132-multiprocessor device) and in tiles. */
+      {3, 1, {40, 40, 1700}}, {3, 1, {39, 40, 1700}},
       /* Runs (inner 1): one lane a run (8, 16 terms), groups of lanes (17,
        * 33, 513 terms, unaligned starts; 100 terms fold in quads), runs of
        * several chunks (513, 5000: two chunks in flight), runs cut into

@@ -9,9 +9,10 @@
  * of three strategies:
  *  - columns in registers: a thread owns VEC adjacent columns. Short
  *    fibres (n <= AX_NR) are held whole, every load issued before the first
- *    is used; a sum whose rows are whole 128-byte lines, with a column for
- *    every thread of a full device, streams its fibres in batches of AX_NR
- *    loads. Either way a sum folds each column in one sequential chain.
+ *    is used; a sum whose rows are 128 bytes or longer, with columns enough
+ *    to keep AX_INFLIGHT bytes of loads in flight per multiprocessor,
+ *    streams its fibres in batches of AX_NR loads. Either way a sum folds
+ *    each column in one sequential chain.
  *  - tiles: a block copies a tile of (OB outer indices) x (CH rows) x (TI
  *    columns) into shared memory with cp.async (all of it in flight at
  *    once), reduces it there and writes the softmax from it, so x is read
@@ -73,6 +74,10 @@ enum { AX_FORCE_AUTO = 0, AX_FORCE_REG = 1, AX_FORCE_TILE = 2, AX_FORCE_CHUNKS =
 static constexpr int AX_THREADS = 256;
 static constexpr int AX_NR = 16; /* longest fibre held in registers */
 static constexpr int AX_NR_SHORT = 4; /* fibres this short take fewer registers */
+/* Bytes of loads in flight per multiprocessor that the register kernel's
+ * streamed sums need to beat the tiles (measured on the H200: 512 float32
+ * columns of 16 loads; dev/cuda/axis.md). */
+static constexpr int64_t AX_INFLIGHT = 32768;
 static constexpr int AX_TILE_BLOCKS = 4; /* tile-kernel blocks sharing a multiprocessor */
 
 /* ---- device helpers ---------------------------------------------------------- */
@@ -156,6 +161,8 @@ struct ax_plan {
   int lgti;                   /* strips: log2(ti) */
   size_t tile_bytes, smem;    /* the tile; all dynamic shared memory */
   ax_div32 tinner, tch;       /* division of tile indices by inner and by ch */
+  ax_div32 dnch, dtis, dobs;  /* division of unit indices (units < 2^31: u32) */
+  int u32;
 };
 
 /* A tile: outer indices [o0, o0 + obc), rows [r0, r0 + rc), columns
@@ -235,14 +242,31 @@ static __device__ __forceinline__ int64_t ax_res(const ax_plan &, const ax_gen &
 
 static __device__ __forceinline__ ax_tile ax_tile_of(const ax_plan &p, int64_t u, bool reverse) {
   ax_tile t;
-  int64_t k;
-  if (p.cl) { /* chunks fastest: a cluster is nch consecutive blocks */
-    k = u % p.nch;
-    u /= p.nch;
+  int64_t k = 0, it, ot;
+  if (p.u32) {
+    /* Reciprocal divisions (a 64-bit division costs about a hundred
+     * instructions, more than a small tile's copy). */
+    int v = (int)u;
+    if (p.cl) { /* chunks fastest: a cluster is nch consecutive blocks */
+      const int q = ax_divq(p.dnch, v);
+      k = v - q * (int)p.nch;
+      v = q;
+    }
+    const int rest = ax_divq(p.dtis, v);
+    it = v - rest * (int)p.tis;
+    const int q = ax_divq(p.dobs, rest);
+    ot = rest - q * (int)p.obs;
+    if (!p.cl) k = q;
+  } else {
+    if (p.cl) {
+      k = u % p.nch;
+      u /= p.nch;
+    }
+    it = u % p.tis;
+    const int64_t rest = u / p.tis;
+    ot = rest % p.obs;
+    if (!p.cl) k = rest / p.obs;
   }
-  const int64_t it = u % p.tis, rest = u / p.tis;
-  const int64_t ot = rest % p.obs;
-  if (!p.cl) k = rest / p.obs;
   if (reverse) k = p.nch - 1 - k;
   t.k = (int)k;
   t.o0 = ot * p.ob;
@@ -605,9 +629,10 @@ static __global__ void __launch_bounds__(AX_THREADS)
     if constexpr (OP == AX_SUM) {
       double acc = -0.0;
       for (int64_t k = 0; k < p.nch; k++) acc += part[k * p.R + i];
-      if constexpr (G::gen)
-        y[ax_res(p, g, i / p.inner, i % p.inner)] = (T)acc;
-      else
+      if constexpr (G::gen) {
+        const int64_t o = p.R < ((int64_t)1 << 31) ? ax_divq(p.tinner, (int)i) : i / p.inner;
+        y[ax_res(p, g, o, i - o * p.inner)] = (T)acc;
+      } else
         y[i] = (T)acc;
     } else {
       double M = -INFINITY;
@@ -961,6 +986,12 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t vw, int64_
             (op == AX_SOFTMAX ? (size_t)(2 * nq * es) : 0) + (gen ? (size_t)(p->ch + ob) * 8 : 0);
   p->tinner = ax_div32_make((uint64_t)inner);
   p->tch = ax_div32_make((uint64_t)p->ch);
+  p->u32 = p->units < ((int64_t)1 << 31);
+  if (p->u32) {
+    p->dnch = ax_div32_make((uint64_t)p->nch);
+    p->dtis = ax_div32_make((uint64_t)p->tis);
+    p->dobs = ax_div32_make((uint64_t)p->obs);
+  }
 }
 
 /* ---- launchers ---------------------------------------------------------------------- */
@@ -981,13 +1012,15 @@ static bk_status ax_launch(bk_context *ctx, const char *fn, const T *x, T *y, in
   const bk_cuda_ctx *cu = bk_cu(ctx);
   const int force = cu->axis_force;
   constexpr int64_t es = (int64_t)sizeof(T);
-  /* Columns in registers: short fibres, and sums whose rows span whole
-   * 128-byte lines with enough columns for a thread each on a full device
-   * (each column then folds its n terms in one sequential chain). */
+  /* Columns in registers: short fibres, and sums whose rows are 128 bytes
+   * or longer with enough columns that their batches of AX_NR loads keep
+   * AX_INFLIGHT bytes in flight on every multiprocessor (each column then
+   * folds its n terms in one sequential chain). */
   const bool reg = G::gen ? false
                  : force == AX_FORCE_AUTO || force == AX_FORCE_HALF
                  ? n <= AX_NR || (OP == AX_SUM && inner * es >= 128 &&
-                                  outer * inner / VEC >= (int64_t)cu->sm_count * 2048)
+                                  outer * inner * es * AX_NR >=
+                                      (int64_t)cu->sm_count * AX_INFLIGHT)
                  : force == AX_FORCE_REG && (OP == AX_SUM || n <= AX_NR);
   if (reg) {
     /* A small parameter block: its size is part of every launch's cost. */
