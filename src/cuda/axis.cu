@@ -281,8 +281,13 @@ static __device__ __forceinline__ ax_tile ax_tile_of(const ax_plan &p, int64_t u
 
 /* Calls f(e, goff, q) for each VEC-element chunk of the tile taken by this
  * thread: e its index in the shared tile, goff its offset in x and y, q the
- * tile column of its first element (the chunk's columns are q .. q+VEC-1). */
-template <int VEC, typename F, typename RO>
+ * tile column of its first element (the chunk's columns are q .. q+VEC-1).
+ * A strip's chunks are the same under both walks: STEP keeps the thread's
+ * column and steps down the rows (the sums' copies: 1.05-1.08x at strips
+ * of odd width), else the flat index is split per chunk (the softmax's
+ * copies and writes: the stepped walk measured 1.07-1.12x slower there,
+ * dev/cuda/axis.md). */
+template <int VEC, bool STEP = false, typename F, typename RO>
 static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_tile &t, F f,
                                                     RO rowoff) {
   if (p.flat) {
@@ -297,15 +302,24 @@ static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_t
       f(e, t.base + e, ob * (int)p.inner + c);
     }
   } else {
-    /* A row has at most AX_THREADS chunks, so each thread keeps one column
-     * and steps down the rows (offsets by addition, not per element). */
     constexpr int LV = VEC == 4 ? 2 : VEC == 2 ? 1 : 0;
     const int lg = p.lgti - LV; /* log2 of VEC-element chunks per row */
-    const int c = (threadIdx.x & ((1 << lg) - 1)) * VEC, rstep = AX_THREADS >> lg;
-    if (c < t.tw) {
+    if constexpr (STEP) {
+      /* A row has at most AX_THREADS chunks, so each thread keeps one
+       * column and steps down the rows. */
+      const int c = (threadIdx.x & ((1 << lg) - 1)) * VEC, rstep = AX_THREADS >> lg;
+      if (c < t.tw) {
 #pragma unroll 4
-      for (int r = threadIdx.x >> lg; r < t.rc; r += rstep)
-        f(r * p.ti + c, t.base + rowoff(r) + c, c);
+        for (int r = threadIdx.x >> lg; r < t.rc; r += rstep)
+          f(r * p.ti + c, t.base + rowoff(r) + c, c);
+      }
+    } else {
+      const int count = t.rc << lg;
+#pragma unroll 4
+      for (int i = threadIdx.x; i < count; i += AX_THREADS) {
+        const int r = i >> lg, c = (i & ((1 << lg) - 1)) * VEC;
+        if (c < t.tw) f(r * p.ti + c, t.base + rowoff(r) + c, c);
+      }
     }
   }
 }
@@ -490,7 +504,7 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
       const int tail = head + nvec * W + tid;
       if (tail < count) ax_cp_async<(int)sizeof(T)>(dst + tail, src + tail);
     } else {
-      ax_tile_each<VEC>(
+      ax_tile_each<VEC, OP == AX_SUM>(
           p, t,
           [&](int e, int64_t goff, int) { ax_cp_async<VEC * (int)sizeof(T)>(tile + e, x + goff); },
           [&](int r) -> int64_t { return (int64_t)r * p.inner; });
