@@ -272,7 +272,7 @@ BK_API BK_NODISCARD bk_status bk_context_reset_stream(bk_context *ctx);
  *    read on the host).
  *  - Library state is made on first use, which cannot be captured: the
  *    context's cuBLAS handle (bk_bmm), its cuDNN handle and plans (bk_conv),
- *    cuFFT plans (bk_rfft, bk_irfft, per n and batch). A call that would
+ *    cuFFT plans (bk_rfft, bk_irfft, per n and batch, for n > 32). A call that would
  *    create them during a capture is refused with BK_ERR_UNSUPPORTED; run
  *    each shape once before capturing it. A cuFFT plan used by a capture
  *    stays in the context until the context is destroyed.
@@ -721,15 +721,19 @@ BK_API BK_NODISCARD bk_status bk_bmm_scaled(bk_context *ctx, const bk_buffer *A,
  * even n, bin n/2 are stored as exact +0. On the CPU (all three transforms)
  * float32 data are transformed in float32 arithmetic, twiddles computed in
  * float64 and rounded once, and float64 data in float64; a row's result
- * depends only on that row, bitwise the same for any batch and thread count. */
+ * depends only on that row, bitwise the same for any batch and thread count.
+ * On CUDA rows of at most 32 points are transformed the same way (directly,
+ * in the data's type, twiddles from float64), each row's result bitwise the
+ * same for any batch; longer rows go through cuFFT. */
 BK_API BK_NODISCARD bk_status bk_rfft(bk_context *ctx, const bk_buffer *x, int64_t batch,
                                       int64_t n, bk_buffer **out);
 
 /* Inverse of bk_rfft with the 1/n factor: spec (batch, n/2+1, 2) -> (batch,
  * n). The imaginary parts of bin 0 and, for even n, bin n/2 are ignored:
  * their values, NaN and infinities included, do not affect the result. On
- * CUDA the 1/n factor is applied to the spectrum in float64 (rounded once) as
- * it is copied for the inverse transform, not to the result. */
+ * CUDA the 1/n factor is applied in float64 and rounded once: for rows of at
+ * most 32 points to each result, for longer rows to the spectrum as it is
+ * copied for cuFFT's inverse transform. */
 BK_API BK_NODISCARD bk_status bk_irfft(bk_context *ctx, const bk_buffer *spec, int64_t batch,
                                        int64_t n, bk_buffer **out);
 

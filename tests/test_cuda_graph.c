@@ -335,7 +335,7 @@ static void refusals(void) {
     TL_REJECT(bk_context_synchronize(tl_ctx), BK_ERR_UNSUPPORTED, "captured");
     TL_REJECT(bk_context_set_stream(tl_ctx, NULL), BK_ERR_UNSUPPORTED, "captured");
     TL_REJECT(bk_context_reset_stream(tl_ctx), BK_ERR_UNSUPPORTED, "captured");
-    TL_REJECT(bk_rfft(tl_ctx, A, 1, 24, &junk), BK_ERR_UNSUPPORTED, "cuFFT plan");
+    TL_REJECT(bk_rfft(tl_ctx, Bg, 48, 48, &junk), BK_ERR_UNSUPPORTED, "cuFFT plan");
     TL_REJECT(bk_bmm(fresh, Bg, Bg, 1, 48, 48, 48, 0, 0, &junk), BK_ERR_UNSUPPORTED, "cuBLAS");
     TL_CHECK(junk == NULL, "refused call left its out-parameter set");
     /* The capture is still valid: a call after the refusals replays. */

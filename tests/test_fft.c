@@ -419,6 +419,102 @@ static void determinism(void) {
   }
 }
 
+/* ---- many short rows -------------------------------------------------------------- */
+
+/* Short rows in batches that fill several tiles of rows and end in a
+ * partial one (on CUDA, rows of at most 32 points are transformed directly,
+ * a tile of rows at a time), both directions, with garbage in the ignored
+ * imaginary parts; up to 32 points, a row in a batch is bitwise the row
+ * transformed alone, on every device. */
+static void short_rows(void) {
+  static const int64_t ns[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33};
+  static const int64_t batches[] = {1, 129, 2503};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+      for (size_t q = 0; q < sizeof batches / sizeof batches[0]; q++) {
+        const int64_t n = ns[c], batch = batches[q], bins = n / 2 + 1, len = batch * bins * 2;
+        double *x = tl_xmalloc((size_t)(batch * n) * sizeof *x);
+        double *ref = tl_xmalloc((size_t)len * sizeof *ref);
+        double *spec = tl_xmalloc((size_t)len * sizeof *spec);
+        double *sig = tl_xmalloc((size_t)(batch * n) * sizeof *sig);
+        tl_seed(7000 + (uint64_t)(n * 8 + (int64_t)q));
+        tl_fill_randn(x, batch * n);
+        tl_round(dt, x, batch * n);
+        tl_fill_randn(spec, len);
+        poison(spec, batch, n, NAN);
+        tl_round(dt, spec, len);
+        ref_rfft(x, ref, batch, n);
+        bk_buffer *bx = tl_buf(dt, x, batch * n), *bs = tl_buf(dt, spec, len), *y = NULL;
+        if (TL_OK(bk_rfft(tl_ctx, bx, batch, n, &y)) == BK_OK) {
+          if (!TL_BUF_CLOSE(y, ref, len, tl_tol_contract(dt, (double)n),
+                            signal_scale(x, batch, n)))
+            fprintf(stderr, "  (rfft %s n = %" PRId64 " batch %" PRId64 ")\n", tl_dtname(dt), n,
+                    batch);
+          double *g = tl_read(y);
+          int zeros = 1;
+          for (int64_t b = 0; b < batch; b++) {
+            if (g[b * bins * 2 + 1] != 0 || signbit(g[b * bins * 2 + 1])) zeros = 0;
+            if (n % 2 == 0 && (g[(b * bins + n / 2) * 2 + 1] != 0 ||
+                               signbit(g[(b * bins + n / 2) * 2 + 1])))
+              zeros = 0;
+          }
+          TL_CHECK(zeros, "n = %" PRId64 " batch %" PRId64 ": real bins are not +0", n, batch);
+          /* The last row alone, and (n <= 32) bitwise the same. */
+          bk_buffer *row = tl_buf(dt, x + (batch - 1) * n, n), *r = NULL;
+          if (TL_OK(bk_rfft(tl_ctx, row, 1, n, &r)) == BK_OK && n <= 32) {
+            double *gr = tl_read(r);
+            TL_CHECK(memcmp(gr, g + (batch - 1) * bins * 2, (size_t)(bins * 2) * sizeof *gr) == 0,
+                     "rfft n = %" PRId64 ": the last row alone differs from it in a batch of %" PRId64,
+                     n, batch);
+            free(gr);
+          }
+          bk_buffer_release(r);
+          bk_buffer_release(row);
+          free(g);
+        }
+        for (int norm = 0; norm <= 1; norm++) {
+          poison(spec, batch, n, 0.0);
+          ref_irfft(spec, sig, batch, n, norm);
+          poison(spec, batch, n, NAN);
+          bk_buffer *z = NULL;
+          bk_status st = norm ? bk_irfft(tl_ctx, bs, batch, n, &z)
+                              : bk_irfft_unnormalized(tl_ctx, bs, batch, n, &z);
+          if (TL_OK(st) == BK_OK) {
+            poison(spec, batch, n, 0.0);
+            if (!TL_BUF_CLOSE(z, sig, batch * n, tl_tol_contract(dt, (double)n),
+                              spec_scale(spec, batch, n, norm)))
+              fprintf(stderr, "  (irfft %s n = %" PRId64 " batch %" PRId64 " normalize %d)\n",
+                      tl_dtname(dt), n, batch, norm);
+            poison(spec, batch, n, NAN);
+            bk_buffer *row = tl_buf(dt, spec + (batch - 1) * bins * 2, bins * 2), *r = NULL;
+            st = norm ? bk_irfft(tl_ctx, row, 1, n, &r) : bk_irfft_unnormalized(tl_ctx, row, 1, n, &r);
+            if (TL_OK(st) == BK_OK && n <= 32) {
+              double *gz = tl_read(z), *gr = tl_read(r);
+              TL_CHECK(memcmp(gr, gz + (batch - 1) * n, (size_t)n * sizeof *gr) == 0,
+                       "irfft n = %" PRId64 ": the last row alone differs from it in a batch of "
+                       "%" PRId64, n, batch);
+              free(gz);
+              free(gr);
+            }
+            bk_buffer_release(r);
+            bk_buffer_release(row);
+          }
+          bk_buffer_release(z);
+        }
+        TL_UNCHANGED(bx, x, batch * n);
+        bk_buffer_release(y);
+        bk_buffer_release(bx);
+        bk_buffer_release(bs);
+        free(x);
+        free(ref);
+        free(spec);
+        free(sig);
+      }
+    }
+  }
+}
+
 /* ---- long rows, sampled bins ------------------------------------------------------- */
 
 /* Bin k of the DFT of x (n), in long double over the table w of roots(),
@@ -630,6 +726,7 @@ int main(void) {
   TL_RUN(ignored_parts);
   TL_RUN(adjoint);
   TL_RUN(determinism);
+  TL_RUN(short_rows);
   TL_RUN(long_rows);
   TL_RUN(empty);
   TL_RUN(errors);

@@ -21,7 +21,7 @@
  *    type that excludes tensor-core (TF32) kernels, and only algorithms
  *    that cuDNN reports deterministic are used. The algorithm, its
  *    workspace size and the descriptors are cached in the context per
- *    shape. The bias is added by cudnnAddTensor.
+ *    shape. The bias is added by bias_kernel in one pass over the output.
  *  - direct_kernel: one thread per output element, for the geometries
  *    cuDNN rejects or cannot describe (also f64 shapes without a cuDNN
  *    algorithm). Correct for every geometry, not fast.
@@ -220,6 +220,58 @@ extract_kernel(const T *__restrict__ w, T *__restrict__ wc, int64_t c_out, int64
   }
 }
 
+/* y (planes of vol elements, plane p of output channel p % c_out) +=
+ * bias[channel], rounded once in T: the bias of the cuDNN route, one pass
+ * over the output. A thread takes VEC consecutive elements as one 16-byte
+ * vector (one division for the vector, the
+ * channel advanced at plane ends), threads of a warp consecutive vectors;
+ * the last count % VEC elements one a thread. */
+template <typename T, int VEC>
+static __global__ void __launch_bounds__(256)
+bias_kernel(T *__restrict__ y, const T *__restrict__ bias, int64_t count, int64_t vol,
+            int64_t c_out, bk_divider dvol, bk_divider dch) {
+  const int64_t vecs = count / VEC;
+  const int64_t step = (int64_t)gridDim.x * blockDim.x;
+  const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  for (int64_t u = first; u < vecs; u += step) {
+    const int64_t e0 = u * VEC;
+    const uint64_t q = bk_divider_q(dvol, (uint64_t)e0);
+    int64_t r = e0 - (int64_t)q * vol;
+    int64_t c = (int64_t)(q - bk_divider_q(dch, q) * (uint64_t)c_out);
+    T v[VEC];
+    bk_vload<VEC>(y + e0, v);
+    T b = __ldg(bias + c);
+#pragma unroll
+    for (int i = 0; i < VEC; i++) {
+      v[i] = v[i] + b;
+      if (i + 1 < VEC && ++r == vol) {
+        r = 0;
+        if (++c == c_out) c = 0;
+        b = __ldg(bias + c);
+      }
+    }
+    bk_vstore_cs<VEC>(y + e0, v);
+  }
+  const int64_t e = vecs * VEC + first;
+  if (e < count) {
+    const uint64_t q = bk_divider_q(dvol, (uint64_t)e);
+    y[e] = y[e] + __ldg(bias + (q - bk_divider_q(dch, q) * (uint64_t)c_out));
+  }
+}
+
+template <typename T>
+static bk_status bias_launch(bk_context *ctx, const char *fn, T *y, const T *bias, int64_t count,
+                             int64_t vol, int64_t c_out) {
+  if (count <= 0 || vol <= 0) return BK_OK;
+  const bk_divider dvol = bk_divider_make((uint64_t)vol), dch = bk_divider_make((uint64_t)c_out);
+  constexpr int V = 16 / (int)sizeof(T);
+  const cudaStream_t stream = bk_stream(ctx);
+  /* y is the call's output, fresh from the context's pool: 256-byte aligned. */
+  bias_kernel<T, V><<<bk_cuda_blocks(ctx, count / V + 1, 256), 256, 0, stream>>>(
+      y, bias, count, vol, c_out, dvol, dch);
+  return bk__cuda_launched(fn, "bias_kernel");
+}
+
 /* ---- the cuDNN plan cache --------------------------------------------------------------- */
 
 /* The shape a plan is made for, in cuDNN's terms (descriptor rank 2 or 3;
@@ -235,7 +287,7 @@ typedef struct conv_plan {
   conv_key key;
   int valid;  /* the slot holds a plan */
   int usable; /* cuDNN takes the shape; 0 sends it to direct_kernel */
-  cudnnTensorDescriptor_t xd, yd, bd;
+  cudnnTensorDescriptor_t xd, yd;
   cudnnFilterDescriptor_t wd;
   cudnnConvolutionDescriptor_t cd;
   cudnnConvolutionFwdAlgo_t algo;
@@ -256,7 +308,6 @@ static const size_t conv_workspace_cap = (size_t)1 << 30;
 static void plan_clear(conv_plan *p) {
   if (p->xd) (void)cudnnDestroyTensorDescriptor(p->xd);
   if (p->yd) (void)cudnnDestroyTensorDescriptor(p->yd);
-  if (p->bd) (void)cudnnDestroyTensorDescriptor(p->bd);
   if (p->wd) (void)cudnnDestroyFilterDescriptor(p->wd);
   if (p->cd) (void)cudnnDestroyConvolutionDescriptor(p->cd);
   memset(p, 0, sizeof *p);
@@ -291,31 +342,27 @@ static bk_status plan_build(cudnnHandle_t h, const conv_key *k, conv_plan *p) {
   p->key = *k;
   const cudnnDataType_t dtype = k->dtype == BK_F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
   const int nd = k->rank + 2;
-  int xdim[5], xstr[5], ydim[5], ystr[5], wdim[5], bdim[5], bstr[5];
+  int xdim[5], xstr[5], ydim[5], ystr[5], wdim[5];
   int pad[3], stride[3], dil[3];
   xdim[0] = (int)k->n; xdim[1] = (int)k->c_in;
   ydim[0] = (int)k->n; ydim[1] = (int)k->c_out;
   wdim[0] = (int)k->c_out; wdim[1] = (int)(k->c_in / k->groups);
-  bdim[0] = 1; bdim[1] = (int)k->c_out;
   for (int a = 0; a < k->rank; a++) {
     xdim[2 + a] = (int)k->in[a];
     ydim[2 + a] = (int)k->out[a];
     wdim[2 + a] = (int)k->k[a];
-    bdim[2 + a] = 1;
     pad[a] = (int)k->pad[a];
     stride[a] = (int)k->stride[a];
     dil[a] = (int)k->dil[a];
   }
-  xstr[nd - 1] = ystr[nd - 1] = bstr[nd - 1] = 1;
+  xstr[nd - 1] = ystr[nd - 1] = 1;
   for (int a = nd - 2; a >= 0; a--) {
     xstr[a] = xstr[a + 1] * xdim[a + 1];
     ystr[a] = ystr[a + 1] * ydim[a + 1];
-    bstr[a] = bstr[a + 1] * bdim[a + 1];
   }
 
   cudnnStatus_t s = cudnnCreateTensorDescriptor(&p->xd);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p->yd);
-  if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p->bd);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&p->wd);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&p->cd);
   if (s != CUDNN_STATUS_SUCCESS) {
@@ -326,7 +373,6 @@ static bk_status plan_build(cudnnHandle_t h, const conv_key *k, conv_plan *p) {
   p->valid = 1;
   s = cudnnSetTensorNdDescriptor(p->xd, dtype, nd, xdim, xstr);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensorNdDescriptor(p->yd, dtype, nd, ydim, ystr);
-  if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensorNdDescriptor(p->bd, dtype, nd, bdim, bstr);
   if (s == CUDNN_STATUS_SUCCESS)
     s = cudnnSetFilterNdDescriptor(p->wd, dtype, CUDNN_TENSOR_NCHW, nd, wdim);
   if (s == CUDNN_STATUS_SUCCESS)
@@ -644,13 +690,10 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
     T *yc = y + n0 * v->y_sample;
     cudnnStatus_t s = cudnnConvolutionForward(h, one, p->xd, xc, p->wd, win, p->cd, p->algo, ws,
                                               p->ws, zero, p->yd, yc);
-    if (s != CUDNN_STATUS_SUCCESS) {
-      st = cudnn_fail(s, "cudnnConvolutionForward");
-    } else if (bias) {
-      s = cudnnAddTensor(h, one, p->bd, bias, one, p->yd, yc);
-      if (s != CUDNN_STATUS_SUCCESS) st = cudnn_fail(s, "cudnnAddTensor");
-    }
+    if (s != CUDNN_STATUS_SUCCESS) st = cudnn_fail(s, "cudnnConvolutionForward");
   }
+  if (st == BK_OK && bias)
+    st = bias_launch<T>(ctx, fn, y, bias, g->n * v->y_sample, v->y_sample / g->c_out, g->c_out);
   bk__cuda_scratch_free(ctx, scratch);
   if (st == BK_OK) *done = 1;
   return st;

@@ -30,11 +30,25 @@
  * within a factor n of the smallest normal number, far below the FFT's own
  * rounding error relative to the result's magnitude.
  *
- * n == 1 is the identity (X[0] = x[0]) and is done by a small kernel, so
- * cuFFT never sees a length-1 transform.
+ * n == 1 is the identity (X[0] = x[0]), an element map by a small kernel.
+ * Other short rows (n <= FFT_DIRECT_MAX) are transformed
+ * directly, without cuFFT: at such lengths a row is a few cache lines and
+ * the transform's cost is the memory pass, which cuFFT's batched kernels and
+ * the extra passes around them (the zeroed imaginary parts, the copy of the
+ * inverse's input) did not reach. One kernel reads a tile of rows into shared
+ * memory with coalesced loads, each thread evaluates the DFT of its row from
+ * registers (the terms t and n - t paired, so a bin costs (n-1)/2 multiply-
+ * adds per part) against a table of w^(kt) built once per block, writes the
+ * half spectrum (or the signal) back into the tile, and the block stores the
+ * tile with coalesced stores; the block's next tile arrives meanwhile. The arithmetic is in the data's type with
+ * twiddles computed in float64 and rounded once; the imaginary parts of the
+ * real bins are written as +0 and, for the inverse, the ignored ones never
+ * read. The inverse's 1/n factor multiplies each result in float64, rounded
+ * once.
  */
 #include "cuda_internal.h"
 
+#include <cuda_pipeline.h>
 #include <cufft.h>
 
 #include <stdint.h>
@@ -96,7 +110,8 @@ __global__ void real_bins_zero(R *__restrict__ y, int64_t batch, int64_t m, int 
   }
 }
 
-/* n == 1: x (batch) -> y (batch, 1, 2) = [x, 0]. */
+/* n == 1: x (batch) -> y (batch, 1, 2) = [x, 0]. An element map, not a
+ * transform: faster than the tile of the direct transform. */
 template <typename R>
 __global__ void rfft_len1(const R *__restrict__ x, R *__restrict__ y, int64_t batch) {
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
@@ -113,6 +128,188 @@ __global__ void irfft_len1(const R *__restrict__ spec, R *__restrict__ y, int64_
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
   for (int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; b < batch; b += stride)
     y[b] = spec[2 * b];
+}
+
+/* ---- the direct transform of short rows ------------------------------------ */
+
+#define FFT_DIRECT_MAX 32
+#define FFT_DIRECT_THREADS 128
+/* Shared memory one tile of rows takes; a block holds two, the one it
+ * transforms and the next one arriving (cp.async), and several blocks share
+ * an SM, so loads, arithmetic and stores of different tiles overlap. */
+#define FFT_DIRECT_TILE_BYTES 16384
+/* Stores a thread keeps in flight while writing a tile out. */
+#define FFT_DIRECT_UNROLL 8
+
+static __host__ __device__ inline int fft_round16(int bytes) { return (bytes + 15) & ~15; }
+
+/* tab[k*H + t-1] = w^(k t mod n), w^e = (cos, sin)(2 pi e / n) computed in
+ * float64 and rounded once, for k < m and 1 <= t <= H. */
+template <typename R, int H>
+__device__ void direct_table(typename fft_complex<R>::type *tab, int n, int m) {
+  for (int i = threadIdx.x; i < m * H; i += blockDim.x) {
+    const int k = i / H, t = i - k * H + 1;
+    double sn, cs;
+    sincospi(2.0 * (double)((k * t) % n) / (double)n, &sn, &cs);
+    tab[i].x = (R)cs;
+    tab[i].y = (R)sn;
+  }
+}
+
+/* Starts the copy of count elements of packed rows of width w from global
+ * memory into the tile (row stride S), each thread taking every
+ * blockDim.x-th element, with cp.async (no staging registers); commits
+ * them as one group. */
+template <typename R>
+__device__ void direct_fetch(const R *__restrict__ src, R *tile, int count, int w, int S) {
+  const int step = blockDim.x, qr = step / w, qc = step - qr * w;
+  int r = threadIdx.x / w, c = threadIdx.x - r * w;
+  for (int j = threadIdx.x; j < count; j += step) {
+    __pipeline_memcpy_async(tile + r * S + c, src + j, sizeof(R));
+    c += qc;
+    r += qr;
+    if (c >= w) {
+      c -= w;
+      r++;
+    }
+  }
+  __pipeline_commit();
+}
+
+/* Writes count elements of the tile's rows of width w (row stride S) to
+ * packed rows in global memory, FFT_DIRECT_UNROLL a thread in flight. */
+template <typename R>
+__device__ void direct_store(const R *tile, R *__restrict__ dst, int count, int w, int S) {
+  const int step = blockDim.x, qr = step / w, qc = step - qr * w;
+  int j = threadIdx.x, r = j / w, c = j - r * w;
+  while (j < count) {
+    R v[FFT_DIRECT_UNROLL];
+#pragma unroll
+    for (int u = 0; u < FFT_DIRECT_UNROLL; u++) {
+      if (j + u * step < count) v[u] = tile[r * S + c];
+      c += qc;
+      r += qr;
+      if (c >= w) {
+        c -= w;
+        r++;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < FFT_DIRECT_UNROLL; u++)
+      if (j + u * step < count) __stcs(dst + j + u * step, v[u]);
+    j += FFT_DIRECT_UNROLL * step;
+  }
+}
+
+/* One row of the table against the paired terms: re = base + sum_t c_t
+ * cos, im = sum_t s_t sin over t < h, in order. Both directions are this
+ * sum (the forward over the row's samples, the inverse over its bins). */
+template <typename R, int H>
+__device__ __forceinline__ void direct_dot(const typename fft_complex<R>::type *w,
+                                           const R (&c)[H], const R (&s)[H], int h, R base,
+                                           R &re, R &im) {
+  re = base;
+  im = (R)0;
+#pragma unroll
+  for (int t = 0; t < H; t++) {
+    if (t < h) {
+      const typename fft_complex<R>::type q = w[t];
+      re = fma(c[t], q.x, re);
+      im = fma(s[t], q.y, im);
+    }
+  }
+}
+
+/* One row of the tile, p[0..n) -> its half spectrum p[0..2m): the terms t
+ * and n - t are paired (a = x_t + x_{n-t}, b = x_{n-t} - x_t), so
+ * Re X_k = x_0 + (-1)^k x_{n/2} + sum a_t cos, Im X_k = sum b_t sin. */
+template <typename R, int H>
+__device__ void direct_forward(R *p, const typename fft_complex<R>::type *tab, int n, int m,
+                               int h) {
+  const bool even = (n & 1) == 0;
+  const R x0 = p[0], xh = even ? p[n / 2] : (R)0;
+  R a[H], b[H];
+#pragma unroll
+  for (int t = 1; t <= H; t++) {
+    const R u = t <= h ? p[t] : (R)0, v = t <= h ? p[n - t] : (R)0;
+    a[t - 1] = u + v;
+    b[t - 1] = v - u;
+  }
+  for (int k = 0; k < m; k++) {
+    R re, im;
+    direct_dot<R, H>(tab + k * H, a, b, h, even ? ((k & 1) ? x0 - xh : x0 + xh) : x0, re, im);
+    p[2 * k] = re;
+    p[2 * k + 1] = (k == 0 || (even && k == m - 1)) ? (R)0 : im;
+  }
+}
+
+/* One row of the tile, half spectrum p[0..2m) -> signal p[0..n), times
+ * scale (1 or 1/n, in float64): with c_k = 2 Re X_k, s_k = -2 Im X_k,
+ * E_t = X_0 + (-1)^t X_{n/2} + sum c_k cos, O_t = sum s_k sin, and
+ * y_t = E_t + O_t, y_{n-t} = E_t - O_t. The imaginary parts of bins 0 and
+ * n/2 are not read. */
+template <typename R, int H>
+__device__ void direct_inverse(R *p, const typename fft_complex<R>::type *tab, int n, int m,
+                               int h, double scale, bool scaled) {
+  const bool even = (n & 1) == 0;
+  const R X0 = p[0], Xh = even ? p[2 * (m - 1)] : (R)0;
+  R cr[H], si[H];
+#pragma unroll
+  for (int k = 1; k <= H; k++) {
+    cr[k - 1] = k <= h ? (R)2 * p[2 * k] : (R)0;
+    si[k - 1] = k <= h ? (R)-2 * p[2 * k + 1] : (R)0;
+  }
+  for (int t = 0; t < m; t++) {
+    R e, o;
+    direct_dot<R, H>(tab + t * H, cr, si, h, even ? ((t & 1) ? X0 - Xh : X0 + Xh) : X0, e, o);
+    R y0 = h ? e + o : e, y1 = e - o;
+    if (scaled) {
+      y0 = (R)((double)y0 * scale);
+      y1 = (R)((double)y1 * scale);
+    }
+    p[t] = y0;
+    if (t != 0 && 2 * t != n) p[n - t] = y1;
+  }
+}
+
+/* in (batch rows of in_w) -> out (batch rows of out_w): forward (in_w = n,
+ * out_w = 2m) or inverse (in_w = 2m, out_w = n), tile_rows rows a tile,
+ * tile row stride S (odd, at least both widths), grid-strided over tiles;
+ * the next tile of the block is fetched while the current one is
+ * transformed and stored. */
+template <typename R, int H, bool INV>
+__global__ void __launch_bounds__(FFT_DIRECT_THREADS)
+    fft_direct(const R *__restrict__ in, R *__restrict__ out, int64_t batch, int n,
+               int tile_rows, int S, double scale) {
+  typedef typename fft_complex<R>::type C;
+  extern __shared__ __align__(16) unsigned char fft_smem[];
+  const int m = n / 2 + 1, h = (n - 1) / 2;
+  const int in_w = INV ? 2 * m : n, out_w = INV ? n : 2 * m;
+  C *tab = (C *)fft_smem;
+  R *const tiles = (R *)(fft_smem + fft_round16(m * H * (int)sizeof(C)));
+  const int tile_len = tile_rows * S; /* tile b is tiles + b * tile_len */
+  const int64_t step = (int64_t)gridDim.x * tile_rows;
+  int64_t r0 = (int64_t)blockIdx.x * tile_rows;
+  if (r0 >= batch) return;
+  auto rows_at = [&](int64_t r) { return batch - r < tile_rows ? (int)(batch - r) : tile_rows; };
+  direct_fetch<R>(in + r0 * in_w, tiles, rows_at(r0) * in_w, in_w, S);
+  direct_table<R, H>(tab, n, m);
+  for (int b = 0; r0 < batch; r0 += step, b ^= 1) {
+    const int64_t r1 = r0 + step;
+    if (r1 < batch) direct_fetch<R>(in + r1 * in_w, tiles + (b ^ 1) * tile_len, rows_at(r1) * in_w, in_w, S);
+    else __pipeline_commit(); /* an empty group: the wait below stays the same */
+    __pipeline_wait_prior(1); /* this thread's copies of tile r0 have landed */
+    __syncthreads();          /* everyone's, and the table */
+    const int rows = rows_at(r0);
+    R *tile = tiles + b * tile_len;
+    for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+      if (INV) direct_inverse<R, H>(tile + r * S, tab, n, m, h, scale, scale != 1.0);
+      else direct_forward<R, H>(tile + r * S, tab, n, m, h);
+    }
+    __syncthreads();
+    direct_store<R>(tile, out + r0 * out_w, rows * out_w, out_w, S);
+    __syncthreads(); /* the tile is free for the fetch after next */
+  }
 }
 
 /* ---- plan cache ------------------------------------------------------------ */
@@ -227,15 +424,13 @@ static bk_status fft_plan(bk_context *ctx, const char *fn, bk_dtype dt, int inve
   st = cufft_status(cufftSetAutoAllocation(plan, 0), fn, "cufftSetAutoAllocation", n, batch);
   if (st == BK_OK) {
     long long dims[1] = {(long long)n};
-    long long real_embed[1] = {(long long)n};
-    long long cplx_embed[1] = {(long long)(n / 2 + 1)};
     cufftType type = dt == BK_F32 ? (inverse ? CUFFT_C2R : CUFFT_R2C)
                                   : (inverse ? CUFFT_Z2D : CUFFT_D2Z);
-    long long *in_embed = inverse ? cplx_embed : real_embed;
-    long long *out_embed = inverse ? real_embed : cplx_embed;
     size_t work = 0;
-    st = cufft_status(cufftMakePlanMany64(plan, 1, dims, in_embed, 1, in_embed[0], out_embed, 1,
-                                          out_embed[0], type, (long long)batch, &work),
+    /* The packed rows are cuFFT's basic layout (no embedding): real rows of
+     * n values and complex rows of n/2+1 bins, each batch a whole row on. */
+    st = cufft_status(cufftMakePlanMany64(plan, 1, dims, NULL, 1, 0, NULL, 1, 0, type,
+                                          (long long)batch, &work),
                       fn, "cufftMakePlanMany64", n, batch);
     if (st == BK_OK) {
       victim->live = 1;
@@ -305,6 +500,40 @@ static bk_status launch_len1(bk_context *ctx, const char *fn, int inverse, const
   return bk__cuda_launched(fn, "rfft_len1");
 }
 
+/* The direct transform of batch rows of 2 <= n <= FFT_DIRECT_MAX points: tiles
+ * of as many rows as fit FFT_DIRECT_TILE_BYTES, two a block, as many blocks
+ * as the SMs hold at once or one a tile when there are fewer tiles. */
+template <typename R, int H, bool INV>
+static bk_status launch_direct_h(bk_context *ctx, const char *fn, const void *in, void *out,
+                                 int64_t batch, int n, double scale) {
+  typedef typename fft_complex<R>::type C;
+  const int m = n / 2 + 1, in_w = INV ? 2 * m : n, out_w = INV ? n : 2 * m;
+  const int S = (in_w > out_w ? in_w : out_w) | 1; /* odd: rows in distinct banks */
+  const int row_bytes = S * (int)sizeof(R);
+  const int tile_rows = FFT_DIRECT_TILE_BYTES / row_bytes;
+  const size_t smem =
+      (size_t)fft_round16(m * H * (int)sizeof(C)) + 2 * (size_t)tile_rows * row_bytes;
+  const void *kern = (const void *)fft_direct<R, H, INV>;
+  int per_sm = bk__cuda_occupancy(ctx, kern, FFT_DIRECT_THREADS, smem, 0);
+  if (per_sm < 1) per_sm = 1;
+  const int64_t tiles = (batch + tile_rows - 1) / tile_rows;
+  const int64_t most = (int64_t)per_sm * (bk_cu(ctx)->sm_count > 0 ? bk_cu(ctx)->sm_count : 1);
+  const unsigned blocks = (unsigned)(tiles < most ? tiles : most);
+  fft_direct<R, H, INV><<<blocks, FFT_DIRECT_THREADS, smem, bk_stream(ctx)>>>(
+      (const R *)in, (R *)out, batch, n, tile_rows, S, scale);
+  return bk__cuda_launched(fn, "fft_direct");
+}
+
+template <typename R, bool INV>
+static bk_status launch_direct(bk_context *ctx, const char *fn, const void *in, void *out,
+                               int64_t batch, int64_t n, double scale) {
+  if (batch == 0) return BK_OK;
+  const int h = (int)(n - 1) / 2;
+  if (h <= 3) return launch_direct_h<R, 3, INV>(ctx, fn, in, out, batch, (int)n, scale);
+  if (h <= 7) return launch_direct_h<R, 7, INV>(ctx, fn, in, out, batch, (int)n, scale);
+  return launch_direct_h<R, (FFT_DIRECT_MAX - 1) / 2, INV>(ctx, fn, in, out, batch, (int)n, scale);
+}
+
 template <typename R>
 static bk_status launch_real_bins_zero(bk_context *ctx, const char *fn, void *y, int64_t batch,
                                        int64_t n) {
@@ -335,6 +564,9 @@ extern "C" bk_status bk__cuda_rfft(bk_context *ctx, bk_dtype dt, const void *x, 
   if (n == 1)
     return dt == BK_F32 ? launch_len1<float>(ctx, fn, 0, x, y, batch)
                         : launch_len1<double>(ctx, fn, 0, x, y, batch);
+  if (n <= FFT_DIRECT_MAX)
+    return dt == BK_F32 ? launch_direct<float, false>(ctx, fn, x, y, batch, n, 1.0)
+                        : launch_direct<double, false>(ctx, fn, x, y, batch, n, 1.0);
 
   fft_plan_entry *e = NULL;
   bk_status st = fft_plan(ctx, fn, dt, 0, n, batch, &e);
@@ -374,6 +606,11 @@ extern "C" bk_status bk__cuda_irfft(bk_context *ctx, bk_dtype dt, const void *sp
   if (n == 1)
     return dt == BK_F32 ? launch_len1<float>(ctx, fn, 1, spec, y, batch)
                         : launch_len1<double>(ctx, fn, 1, spec, y, batch);
+  if (n <= FFT_DIRECT_MAX) {
+    const double scale = normalize ? 1.0 / (double)n : 1.0;
+    return dt == BK_F32 ? launch_direct<float, true>(ctx, fn, spec, y, batch, n, scale)
+                        : launch_direct<double, true>(ctx, fn, spec, y, batch, n, scale);
+  }
 
   fft_plan_entry *e = NULL;
   bk_status st = fft_plan(ctx, fn, dt, 1, n, batch, &e);
