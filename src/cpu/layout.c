@@ -236,6 +236,9 @@ bk_status bk__cpu_broadcast_to(bk_context *ctx, bk_dtype dt, const void *x, void
  * touch disjoint parts of acc and can run in parallel, while each input
  * element still receives its terms in row-major order of the whole output.
  */
+/* Runs of the innermost axis folded side by side by adjoint_block. */
+#define BK_ADJ_RUNS 4
+
 static void adjoint_block(bk_dtype dt, const void *dout, double *acc, const bk_bcast_geom *g,
                           int p, int64_t lo, int64_t hi) {
   const int r = g->rank;
@@ -252,10 +255,51 @@ static void adjoint_block(bk_dtype dt, const void *dout, double *acc, const bk_b
     off += c[j] * S[j];
   }
   const int64_t n = last[r - 1] - first[r - 1], sl = S[r - 1];
+  /* With the innermost axis reduced, consecutive runs of the next axis go
+   * into different elements (when that axis is kept): BK_ADJ_RUNS of them
+   * are folded side by side, each element's terms still in order. */
+  const int64_t sn = r >= 2 ? S[r - 2] : 0, on = r >= 2 ? ostride[r - 2] : 0;
   for (;;) {
-    for (int64_t t = 0; t < n; t++) acc[off + t * sl] += bk_ld(dt, dout, o + t);
+    int64_t adv = 1;
+    if (sl == 0 && sn != 0 && last[r - 2] - c[r - 2] >= BK_ADJ_RUNS) {
+      double a[BK_ADJ_RUNS];
+      for (int q = 0; q < BK_ADJ_RUNS; q++) a[q] = acc[off + q * sn];
+      if (dt == BK_F32) {
+        const float *restrict xs = (const float *)dout + o;
+        for (int64_t t = 0; t < n; t++)
+          for (int q = 0; q < BK_ADJ_RUNS; q++) a[q] += (double)xs[q * on + t];
+      } else {
+        const double *restrict xs = (const double *)dout + o;
+        for (int64_t t = 0; t < n; t++)
+          for (int q = 0; q < BK_ADJ_RUNS; q++) a[q] += xs[q * on + t];
+      }
+      for (int q = 0; q < BK_ADJ_RUNS; q++) acc[off + q * sn] = a[q];
+      adv = BK_ADJ_RUNS;
+    } else if (sl == 0) {
+      /* One run into one element, in order, through a register instead of
+       * a chain through memory. */
+      double a = acc[off];
+      if (dt == BK_F32) {
+        const float *restrict xs = (const float *)dout + o;
+        for (int64_t t = 0; t < n; t++) a += (double)xs[t];
+      } else {
+        const double *restrict xs = (const double *)dout + o;
+        for (int64_t t = 0; t < n; t++) a += xs[t];
+      }
+      acc[off] = a;
+    } else {
+      for (int64_t t = 0; t < n; t++) acc[off + t * sl] += bk_ld(dt, dout, o + t);
+    }
     int j = r - 2;
-    for (; j >= 0; j--) {
+    if (j < 0) break;
+    o += adv * ostride[j];
+    off += adv * S[j];
+    c[j] += adv;
+    if (c[j] < last[j]) continue;
+    o -= (last[j] - first[j]) * ostride[j];
+    off -= (last[j] - first[j]) * S[j];
+    c[j] = first[j];
+    for (j = r - 3; j >= 0; j--) {
       o += ostride[j];
       off += S[j];
       if (++c[j] < last[j]) break;
@@ -299,6 +343,10 @@ bk_status bk__cpu_broadcast_to_adjoint(bk_context *ctx, bk_dtype dt, const void 
   int64_t blocks = out_len / BK_CPU_PARALLEL_MIN;
   if (blocks > BK_ADJOINT_MAX_BLOCKS) blocks = BK_ADJOINT_MAX_BLOCKS;
   if (blocks > dp) blocks = dp;
+  /* Axis p next to a reduced innermost axis: each block spans at least
+   * BK_ADJ_RUNS of its values, so that its runs are folded side by side. */
+  if (p == g->rank - 2 && g->in_stride[g->rank - 1] == 0 && blocks > dp / BK_ADJ_RUNS)
+    blocks = dp / BK_ADJ_RUNS;
   if (blocks < 1) blocks = 1;
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t b = 0; b < blocks; b++)
@@ -386,6 +434,73 @@ static BK_CPU_CLONES void sum_block(bk_dtype dt, const void *x, void *y, int64_t
     for (int64_t t = 0; t < w; t++) bk_st(dt, y, (o + s) * inner + t0 + t, acc[s * w + t]);
 }
 
+/* Inner extents below this take sum_narrow: a slab is then a few
+ * positions wide, so a block of them is one short run per slice and the
+ * loop around it costs more than its additions. */
+#define BK_SUM_NARROW 16
+/* Independent folds sum_narrow keeps in flight: a float64 addition's
+ * latency times the additions a core issues per cycle, with margin. */
+#define BK_SUM_CHAINS 8
+
+/* Slabs o..o+g of inner (a compile-time constant where inlined) positions,
+ * K slabs side by side: each position folded over n in index order in a
+ * register, the K slabs read as K sequential streams. */
+static inline __attribute__((always_inline)) void sum_narrow_k(bk_dtype dt, const void *x,
+                                                               void *y, int64_t o, int64_t g,
+                                                               int64_t n, const int inner,
+                                                               const int K) {
+  for (int64_t s0 = 0; s0 < g; s0 += K) {
+    const int k = g - s0 < K ? (int)(g - s0) : K;
+    double acc[BK_SUM_NARROW * BK_SUM_CHAINS];
+    for (int q = 0; q < K * inner; q++) acc[q] = -0.0;
+    const int64_t slab = n * inner, base = (o + s0) * slab;
+    /* The K slabs are one contiguous region read as K short streams, which
+     * the prefetchers do not follow: the next group's region is asked for
+     * while this one is folded. */
+    if (s0 + K < g) {
+      const char *next = (const char *)x + (base + K * slab) * (int64_t)bk__dtype_size(dt);
+      const int64_t bytes = (g - s0 - K < K ? g - s0 - K : K) * slab * (int64_t)bk__dtype_size(dt);
+      for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(next + b);
+    }
+    if (k == K) {
+      for (int64_t i = 0; i < n; i++)
+        for (int j = 0; j < K; j++)
+          for (int t = 0; t < inner; t++)
+            acc[j * inner + t] += bk_ld(dt, x, base + j * slab + i * inner + t);
+    } else {
+      for (int j = 0; j < k; j++)
+        for (int64_t i = 0; i < n; i++)
+          for (int t = 0; t < inner; t++)
+            acc[j * inner + t] += bk_ld(dt, x, base + j * slab + i * inner + t);
+    }
+    for (int j = 0; j < k; j++)
+      for (int t = 0; t < inner; t++)
+        bk_st(dt, y, (o + s0 + j) * inner + t, acc[j * inner + t]);
+  }
+}
+
+/* sum_axis for inner < BK_SUM_NARROW: slabs o..o+g, the same folds as
+ * sum_block (each position's terms in index order from -0, in float64),
+ * with inner a constant and enough slabs side by side for BK_SUM_CHAINS
+ * independent folds. */
+static void sum_narrow(bk_dtype dt, const void *x, void *y, int64_t o, int64_t g, int64_t n,
+                       int64_t inner) {
+#define BK_SUM_CASE(I)                                                                       \
+  case I:                                                                                    \
+    if (dt == BK_F32)                                                                        \
+      sum_narrow_k(BK_F32, x, y, o, g, n, I, (BK_SUM_CHAINS + I - 1) / I);                   \
+    else                                                                                     \
+      sum_narrow_k(BK_F64, x, y, o, g, n, I, (BK_SUM_CHAINS + I - 1) / I);                   \
+    break;
+  switch (inner) {
+    BK_SUM_CASE(1) BK_SUM_CASE(2) BK_SUM_CASE(3) BK_SUM_CASE(4) BK_SUM_CASE(5)
+    BK_SUM_CASE(6) BK_SUM_CASE(7) BK_SUM_CASE(8) BK_SUM_CASE(9) BK_SUM_CASE(10)
+    BK_SUM_CASE(11) BK_SUM_CASE(12) BK_SUM_CASE(13) BK_SUM_CASE(14) BK_SUM_CASE(15)
+    default: break;
+  }
+#undef BK_SUM_CASE
+}
+
 bk_status bk__cpu_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t outer,
                            int64_t n, int64_t inner) {
   (void)ctx;
@@ -398,6 +513,20 @@ bk_status bk__cpu_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y,
    * block per thread). The width changes which thread folds a position,
    * never the fold. */
   const int threads = bk_cpu_threads(outer * n * inner);
+  if (inner < BK_SUM_NARROW) {
+    /* Items of whole slabs, about 64 KB of input each. */
+    int64_t group = (int64_t)65536 / ((n * inner > 0 ? n * inner : 1) * (int64_t)bk__dtype_size(dt));
+    if (group < BK_SUM_CHAINS) group = BK_SUM_CHAINS;
+    const int64_t items = (outer + group - 1) / group;
+    const int64_t chunk = bk_cpu_chunk(items, n * inner * group, threads);
+    (void)chunk; /* read only by the OpenMP pragma */
+#pragma omp parallel for schedule(dynamic, chunk) num_threads(threads) if (threads > 1)
+    for (int64_t it = 0; it < items; it++) {
+      const int64_t o = it * group;
+      sum_narrow(dt, x, y, o, outer - o < group ? outer - o : group, n, inner);
+    }
+    return BK_OK;
+  }
   int64_t per = (inner + BK_SUM_BLOCK_MAX - 1) / BK_SUM_BLOCK_MAX;
   while (per < (inner + 15) / 16 && (outer * per) % threads != 0 && outer * per < 4 * threads)
     per++;
