@@ -228,6 +228,9 @@ bk_status bk__cpu_broadcast_to(bk_context *ctx, bk_dtype dt, const void *x, void
 
 /* ---- broadcast_to_adjoint -------------------------------------------------------- */
 
+/* Runs of the innermost axis folded side by side by adjoint_block. */
+#define BK_ADJ_RUNS 4
+
 /*
  * Adds into acc (one double per input element) every output element whose
  * coordinate on axis p lies in [lo, hi), visiting them in row-major output
@@ -236,9 +239,6 @@ bk_status bk__cpu_broadcast_to(bk_context *ctx, bk_dtype dt, const void *x, void
  * touch disjoint parts of acc and can run in parallel, while each input
  * element still receives its terms in row-major order of the whole output.
  */
-/* Runs of the innermost axis folded side by side by adjoint_block. */
-#define BK_ADJ_RUNS 4
-
 static void adjoint_block(bk_dtype dt, const void *dout, double *acc, const bk_bcast_geom *g,
                           int p, int64_t lo, int64_t hi) {
   const int r = g->rank;
@@ -514,9 +514,14 @@ bk_status bk__cpu_sum_axis(bk_context *ctx, bk_dtype dt, const void *x, void *y,
    * never the fold. */
   const int threads = bk_cpu_threads(outer * n * inner);
   if (inner < BK_SUM_NARROW) {
-    /* Items of whole slabs, about 64 KB of input each. */
+    /* Items of whole slabs, about 64 KB of input each, at least enough
+     * slabs for BK_SUM_CHAINS folds, but no fewer items than give each
+     * thread four. */
     int64_t group = (int64_t)65536 / ((n * inner > 0 ? n * inner : 1) * (int64_t)bk__dtype_size(dt));
     if (group < BK_SUM_CHAINS) group = BK_SUM_CHAINS;
+    const int64_t share = (outer + 4 * (int64_t)threads - 1) / (4 * (int64_t)threads);
+    if (group > share) group = share;
+    if (group < 1) group = 1;
     const int64_t items = (outer + group - 1) / group;
     const int64_t chunk = bk_cpu_chunk(items, n * inner * group, threads);
     (void)chunk; /* read only by the OpenMP pragma */
