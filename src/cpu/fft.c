@@ -40,6 +40,8 @@
  */
 #include "cpu.h"
 
+#include <string.h>
+
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -172,14 +174,39 @@ static int64_t blue_length(int64_t m) {
 #define BK_TEMPLATE "fft_t.h"
 #include "instantiate.h"
 
+/* n == 1 is the identity, X[0] = x[0] (the ignored or zero imaginary part
+ * aside): an element map, without plans or lanes. */
+static void fft_len1(bk_dtype dt, const void *in, void *out, int64_t batch, int inverse) {
+  const size_t es = bk__dtype_size(dt);
+  const int threads = bk_cpu_threads(2 * batch);
+  (void)threads; /* read only by the OpenMP pragma */
+#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
+  for (int64_t b = 0; b < batch; b++) {
+    if (inverse) {
+      memcpy((char *)out + (size_t)b * es, (const char *)in + (size_t)(2 * b) * es, es);
+    } else {
+      memcpy((char *)out + (size_t)(2 * b) * es, (const char *)in + (size_t)b * es, es);
+      memset((char *)out + (size_t)(2 * b + 1) * es, 0, es);
+    }
+  }
+}
+
 bk_status bk__cpu_rfft(bk_context *ctx, bk_dtype dt, const void *x, void *y, int64_t batch,
                        int64_t n) {
+  if (n == 1) {
+    fft_len1(dt, x, y, batch, 0);
+    return BK_OK;
+  }
   if (dt == BK_F32) return rfft_run_f32(ctx, x, y, batch, n);
   return rfft_run_f64(ctx, x, y, batch, n);
 }
 
 bk_status bk__cpu_irfft(bk_context *ctx, bk_dtype dt, const void *spec, void *y, int64_t batch,
                         int64_t n, int normalize) {
+  if (n == 1) { /* the 1/n factor is 1 */
+    fft_len1(dt, spec, y, batch, 1);
+    return BK_OK;
+  }
   if (dt == BK_F32) return irfft_run_f32(ctx, spec, y, batch, n, normalize);
   return irfft_run_f64(ctx, spec, y, batch, n, normalize);
 }
