@@ -223,9 +223,9 @@ extract_kernel(const T *__restrict__ w, T *__restrict__ wc, int64_t c_out, int64
 /* y (planes of vol elements, plane p of output channel p % c_out) +=
  * bias[channel], rounded once in T: the bias of the cuDNN route, one pass
  * over the output. A thread takes VEC consecutive elements as one 16-byte
- * vector (one division for the vector, the
- * channel advanced at plane ends), threads of a warp consecutive vectors;
- * the last count % VEC elements one a thread. */
+ * vector (one multiply-shift division for the vector, the channel then
+ * advanced at plane ends), threads of a warp consecutive vectors; the last
+ * count % VEC elements one a thread. */
 template <typename T, int VEC>
 static __global__ void __launch_bounds__(256)
 bias_kernel(T *__restrict__ y, const T *__restrict__ bias, int64_t count, int64_t vol,
