@@ -7,7 +7,7 @@
 /* sum_j (x[j] - mu)^2 in float64 partials, lane j % BK_LANES, partials
  * 4q..4q+3 held in registers as in rk_sum64 (typed_t.h): the same
  * operations per lane as a 16-entry array, without its memory traffic. */
-static inline double BK_FN(ln_sq)(const BK_T *restrict x, int64_t n, double mu) {
+BK_INLINE double BK_FN(ln_sq)(const BK_T *restrict x, int64_t n, double mu) {
   bk_v4d a[4] = {{0}};
   const bk_v4d m4 = {mu, mu, mu, mu};
   int64_t j = 0;
@@ -38,9 +38,9 @@ static inline double BK_FN(ln_sq)(const BK_T *restrict x, int64_t n, double mu) 
  * and out written once each through tiles (streaming when asked). */
 /* Rows narrower than the lanes: BK_LANES rows at a time across the lanes
  * (typed_t.h), each row's sums in index order. */
-static void BK_FN(ln_forward_narrow)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
-                                     BK_T *out, BK_T *nrm, BK_T *inv_std, int64_t r0, int64_t r1,
-                                     int64_t n, double eps, int stream) {
+BK_INLINE void BK_FN(ln_forward_narrow)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
+                                        BK_T *out, BK_T *nrm, BK_T *inv_std, int64_t r0, int64_t r1,
+                                        int64_t n, double eps, int stream) {
   BK_T t[BK_LANES * BK_NARROW], tn[BK_LANES * BK_NARROW];
   for (int64_t r = r0; r < r1; r += BK_LANES) {
     const int64_t nr = r1 - r < BK_LANES ? r1 - r : BK_LANES;

@@ -43,7 +43,7 @@ static BK_CPU_CLONES void BK_FN(rows_max_block)(const BK_T *x, BK_T *y, int64_t 
  * (nothing is greater than it); otherwise NaN is never selected, and the
  * scan ends at the first entry equal to the maximum of the others (-0 and
  * +0 being equal; a row with nothing above -inf selects index 0). */
-static inline int64_t BK_FN(rk_first_max)(const BK_T *restrict x, int64_t n) {
+BK_INLINE int64_t BK_FN(rk_first_max)(const BK_T *restrict x, int64_t n) {
   if (x[0] != x[0]) return 0;
   const BK_T m = BK_FN(rk_max)(x, n);
   int64_t j = 0;
@@ -158,8 +158,8 @@ typedef struct BK_FN(topk_best) {
 
 /* Puts x[i] (a number) among the k best so far (nb of them, sorted by value
  * descending then index ascending) when it beats the k-th. */
-static inline void BK_FN(topk_offer)(BK_FN(topk_best) *best, int64_t *nb, int64_t k, BK_T v,
-                                     int64_t i, int64_t nans) {
+BK_INLINE void BK_FN(topk_offer)(BK_FN(topk_best) *best, int64_t *nb, int64_t k, BK_T v,
+                                 int64_t i, int64_t nans) {
   if (*nb == k && !(v > best[k - 1].v)) return; /* a later equal value never beats */
   int64_t j = *nb < k ? (*nb)++ : k - 1;
   for (; j > 0 && best[j - 1].v < v; j--) best[j] = best[j - 1];

@@ -14,8 +14,8 @@
  * the row's sum is NaN or 0, and then the row is NaN as it must be). Two
  * more roundings than the other path per entry.
  */
-static inline void BK_FN(softmax_row_once)(const BK_T *restrict x, BK_T *y, int64_t n,
-                                           BK_T *restrict e, int stream) {
+BK_INLINE void BK_FN(softmax_row_once)(const BK_T *restrict x, BK_T *y, int64_t n,
+                                       BK_T *restrict e, int stream) {
   const int64_t nb = (n + BK_CHUNK - 1) / BK_CHUNK;
   BK_T *restrict mb = e + n;
   double *restrict zb = (double *)(void *)(((uintptr_t)(mb + nb) + 7) & ~(uintptr_t)7);
@@ -54,8 +54,9 @@ static inline void BK_FN(softmax_row_once)(const BK_T *restrict x, BK_T *y, int6
  * scratch of n values, so that the output is written only once, streaming;
  * else into y) with their sum, then y = e * (1/sum).
  */
-static BK_CPU_CLONES void BK_FN(softmax_rows)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
-                                              int64_t n, BK_T *e, int stream, int64_t one_read) {
+static BK_CPU_CLONES_512 void BK_FN(softmax_rows)(const BK_T *x, BK_T *y, int64_t r0, int64_t r1,
+                                                  int64_t n, BK_T *e, int stream,
+                                                  int64_t one_read) {
   if (n < BK_NARROW) { /* narrow rows, across the lanes (typed_t.h) */
     BK_T t[BK_LANES * BK_NARROW];
     for (int64_t r = r0; r < r1; r += BK_LANES) {
@@ -85,8 +86,8 @@ static BK_CPU_CLONES void BK_FN(softmax_rows)(const BK_T *x, BK_T *y, int64_t r0
  * every access is contiguous; the loops run across the tile's positions.
  * Sums are folded over the slices in index order in float64.
  */
-static BK_CPU_CLONES void BK_FN(softmax_tiles)(const BK_T *x, BK_T *y, int64_t t0, int64_t t1,
-                                               int64_t n, int64_t inner, BK_T *e, int stream) {
+static BK_CPU_CLONES_512 void BK_FN(softmax_tiles)(const BK_T *x, BK_T *y, int64_t t0, int64_t t1,
+                                                   int64_t n, int64_t inner, BK_T *e, int stream) {
   const int64_t per_outer = (inner + SOFTMAX_TILE - 1) / SOFTMAX_TILE;
   BK_T m[SOFTMAX_TILE], f[SOFTMAX_TILE];
   double s[SOFTMAX_TILE];

@@ -67,7 +67,7 @@ static const BK_T BK_FN(exp_taylor)[] = {
  * below (the true value is under 4.5e-38, resp. 1e-307); NaN gives NaN.
  * Positive arguments are outside its domain.
  */
-static inline BK_T BK_FN(bk_expn)(BK_T x) {
+BK_INLINE BK_T BK_FN(bk_expn)(BK_T x) {
   BK_T xc = x < BK_EXP_LO ? BK_EXP_LO : x;
   BK_T t = xc * BK_LOG2E + BK_SHIFT;
   BK_T k = t - BK_SHIFT;
@@ -86,8 +86,8 @@ static inline BK_T BK_FN(bk_expn)(BK_T x) {
 }
 
 /* dst[0..n) = src[0..n); stream: non-temporal stores (vec.h). */
-static inline void BK_FN(bk_put)(BK_T *restrict dst, const BK_T *restrict src, int64_t n,
-                                 int stream) {
+BK_INLINE void BK_FN(bk_put)(BK_T *restrict dst, const BK_T *restrict src, int64_t n,
+                             int stream) {
   int64_t j = 0;
 #if defined(__SSE2__)
   if (stream) {
@@ -108,7 +108,7 @@ static inline void BK_FN(bk_put)(BK_T *restrict dst, const BK_T *restrict src, i
 
 /* Maximum of x[0..n) ignoring NaN: -inf when n == 0 or every entry is NaN.
  * Among equal maxima the first in index order (-0 or +0) is returned. */
-static inline BK_T BK_FN(rk_max)(const BK_T *restrict x, int64_t n) {
+BK_INLINE BK_T BK_FN(rk_max)(const BK_T *restrict x, int64_t n) {
   BK_T lane[BK_LANES];
   for (int l = 0; l < BK_LANES; l++) lane[l] = -INFINITY;
   int64_t j = 0;
@@ -126,14 +126,14 @@ static inline BK_T BK_FN(rk_max)(const BK_T *restrict x, int64_t n) {
 }
 
 /* Folds BK_LANES partials pairwise, in a fixed tree. */
-static inline BK_T BK_FN(rk_fold)(BK_T *lane) {
+BK_INLINE BK_T BK_FN(rk_fold)(BK_T *lane) {
   for (int w = BK_LANES / 2; w > 0; w /= 2)
     for (int l = 0; l < w; l++) lane[l] += lane[l + w];
   return lane[0];
 }
 
 /* sum of x[0..n) (n <= BK_CHUNK) in the data's type. */
-static inline BK_T BK_FN(rk_chunk_sum)(const BK_T *restrict x, int64_t n) {
+BK_INLINE BK_T BK_FN(rk_chunk_sum)(const BK_T *restrict x, int64_t n) {
   BK_T lane[BK_LANES] = {0};
   int64_t j = 0;
   for (; j + BK_LANES <= n; j += BK_LANES) {
@@ -146,8 +146,8 @@ static inline BK_T BK_FN(rk_chunk_sum)(const BK_T *restrict x, int64_t n) {
 
 /* e[j] = exp(x[j] - m) for j < n (n <= BK_CHUNK); returns their sum in the
  * data's type. e may be y's own memory or scratch. */
-static inline BK_T BK_FN(rk_chunk_exp)(const BK_T *restrict x, BK_T *restrict e, int64_t n,
-                                       BK_T m) {
+BK_INLINE BK_T BK_FN(rk_chunk_exp)(const BK_T *restrict x, BK_T *restrict e, int64_t n,
+                                   BK_T m) {
 #pragma omp simd
   for (int64_t j = 0; j < n; j++) e[j] = BK_FN(bk_expn)(x[j] - m);
   return BK_FN(rk_chunk_sum)(e, n);
@@ -156,8 +156,8 @@ static inline BK_T BK_FN(rk_chunk_exp)(const BK_T *restrict x, BK_T *restrict e,
 /* sum_j exp(x[j] - m), the exponentials stored in e[0..n) (or, e NULL, in
  * a tile on the stack and dropped); the blocks of BK_CHUNK are added in
  * float64. */
-static inline double BK_FN(rk_exp_store)(const BK_T *restrict x, BK_T *restrict e, int64_t n,
-                                         BK_T m) {
+BK_INLINE double BK_FN(rk_exp_store)(const BK_T *restrict x, BK_T *restrict e, int64_t n,
+                                     BK_T m) {
   BK_T tile[BK_CHUNK];
   double s = 0.0;
   for (int64_t c = 0; c < n; c += BK_CHUNK)
@@ -170,7 +170,7 @@ static inline double BK_FN(rk_exp_store)(const BK_T *restrict x, BK_T *restrict 
  * tail after the last full group to partials 0, 1, ...), the partials
  * folded pairwise; a row narrower than the lanes (where the layout does not
  * pay) is summed in index order. */
-static inline double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
+BK_INLINE double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
   double s = 0.0;
   if (n < BK_LANES) {
     for (int64_t j = 0; j < n; j++) s += (double)x[j];
@@ -201,8 +201,8 @@ static inline double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
 
 /* y[0..n) = e[0..n) * f, through a tile of BK_CHUNK on the stack so that the
  * stores can stream. */
-static inline void BK_FN(rk_scale_put)(const BK_T *restrict e, BK_T *y, int64_t n, BK_T f,
-                                       int stream) {
+BK_INLINE void BK_FN(rk_scale_put)(const BK_T *restrict e, BK_T *y, int64_t n, BK_T f,
+                                   int stream) {
   BK_T tile[BK_CHUNK];
   for (int64_t c = 0; c < n; c += BK_CHUNK) {
     int64_t len = n - c < BK_CHUNK ? n - c : BK_CHUNK;
@@ -218,16 +218,16 @@ static inline void BK_FN(rk_scale_put)(const BK_T *restrict e, BK_T *y, int64_t 
  * BK_LANES rows at a time instead, transposed into a tile t[j * BK_LANES + l]
  * (element j of row l), and run across the rows, each row folded in index
  * order. nr <= BK_LANES rows are read; the other lanes hold `fill`. */
-static inline void BK_FN(nk_in)(const BK_T *restrict x, int64_t n, int64_t nr, BK_T *restrict t,
-                                BK_T fill) {
+BK_INLINE void BK_FN(nk_in)(const BK_T *restrict x, int64_t n, int64_t nr, BK_T *restrict t,
+                            BK_T fill) {
   for (int64_t j = 0; j < n; j++)
     for (int64_t l = 0; l < BK_LANES; l++) t[j * BK_LANES + l] = l < nr ? x[l * n + j] : fill;
 }
 
 /* y[l * n + j] = t[j * BK_LANES + l] for the nr rows, through a contiguous
  * tile so that the stores can stream. */
-static inline void BK_FN(nk_out)(const BK_T *restrict t, int64_t n, int64_t nr, BK_T *y,
-                                 int stream) {
+BK_INLINE void BK_FN(nk_out)(const BK_T *restrict t, int64_t n, int64_t nr, BK_T *y,
+                             int stream) {
   BK_T row_major[BK_LANES * BK_NARROW];
   for (int64_t l = 0; l < nr; l++)
     for (int64_t j = 0; j < n; j++) row_major[l * n + j] = t[j * BK_LANES + l];
@@ -236,7 +236,7 @@ static inline void BK_FN(nk_out)(const BK_T *restrict t, int64_t n, int64_t nr, 
 
 /* Per lane: the maximum over the tile's n elements (NaN ignored, the first
  * of equal maxima kept). */
-static inline void BK_FN(nk_max)(const BK_T *restrict t, int64_t n, BK_T *restrict m) {
+BK_INLINE void BK_FN(nk_max)(const BK_T *restrict t, int64_t n, BK_T *restrict m) {
   for (int l = 0; l < BK_LANES; l++) m[l] = -INFINITY;
   for (int64_t j = 0; j < n; j++) {
 #pragma omp simd
@@ -248,7 +248,7 @@ static inline void BK_FN(nk_max)(const BK_T *restrict t, int64_t n, BK_T *restri
 /* Per lane: t = exp(t - m) where keep (NULL: everywhere; else keep != 0,
  * the rest set to 0), s = their float64 sum in index order; then t *= 1/s
  * (0 where not kept and, keep given, in lanes with nothing kept). */
-static inline void BK_FN(nk_softmax)(BK_T *restrict t, const BK_T *restrict keep, int64_t n) {
+BK_INLINE void BK_FN(nk_softmax)(BK_T *restrict t, const BK_T *restrict keep, int64_t n) {
   BK_T m[BK_LANES], f[BK_LANES];
   double s[BK_LANES] = {0};
   int any[BK_LANES] = {0};

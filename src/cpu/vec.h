@@ -37,6 +37,34 @@
 #define BK_CPU_CLONES
 #endif
 
+/* The kernels bound by their exponentials (softmax along the last axis,
+ * masked softmax, the cross-entropies) and the layer-norm forward carry a
+ * third code path, for x86-64-v4 (AVX-512F/BW/CD/DQ/VL): sixteen float32
+ * lanes to a register and 32 registers, so the exponential's constants stay
+ * in registers. The same rule holds as for AVX2: the same operations in the
+ * same order (ISO C mode: no contraction into fused multiply-adds, though
+ * the path has FMA), the same lane layout, so the same bits. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(BK_CPU_NO_CLONES) &&            \
+    !defined(BK_CPU_NO_512)
+#if __has_attribute(target_clones)
+#define BK_CPU_CLONES_512 __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#endif
+#endif
+#ifndef BK_CPU_CLONES_512
+#define BK_CPU_CLONES_512 BK_CPU_CLONES
+#endif
+
+/* The typed helpers the cloned kernels call. Always inlined: a helper the
+ * compiler kept out of line (it did so for the exponential loop of the
+ * cross-entropies, the softmax's rows read once and its scaled store, and
+ * the layer norm's narrow rows) is compiled once, for baseline x86-64, and
+ * runs there whatever path called it. */
+#if defined(__GNUC__)
+#define BK_INLINE static inline __attribute__((always_inline))
+#else
+#define BK_INLINE static inline
+#endif
+
 /* ---- stores --------------------------------------------------------------------- */
 
 /* Every row reduction of the kernels keeps BK_LANES partial results, element
@@ -65,7 +93,7 @@ typedef double bk_v4d __attribute__((vector_size(32)));
 typedef float bk_v4f __attribute__((vector_size(16)));
 
 /* Folds BK_LANES float64 partials pairwise, in a fixed tree. */
-static inline double bk_fold64(double *lane) {
+BK_INLINE double bk_fold64(double *lane) {
   for (int w = BK_LANES / 2; w > 0; w /= 2)
     for (int l = 0; l < w; l++) lane[l] += lane[l + w];
   return lane[0];

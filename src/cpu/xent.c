@@ -14,12 +14,13 @@
  * (xent_t.h).
  */
 #include "cpu.h"
+#include "vec.h"
 
 #include <math.h>
 
 /* a * b with the measure-theory convention 0 * inf = 0: a zero factor
  * annihilates an infinite one. NaN still propagates. */
-static inline double mul0(double a, double b) {
+BK_INLINE double mul0(double a, double b) {
   return (a == 0.0 && fabs(b) == INFINITY) || (b == 0.0 && fabs(a) == INFINITY) ? 0.0 : a * b;
 }
 
@@ -30,7 +31,7 @@ static inline double mul0(double a, double b) {
  * products use 0 * inf = 0, so a zero weight contributes exactly 0 even
  * against a -inf logit. NaN in the row (through lse) still gives NaN.
  */
-static inline double xent_term(double w, double x, double lse) {
+BK_INLINE double xent_term(double w, double x, double lse) {
   const double d = lse - x;
   return fabs(d) < INFINITY ? w * d : mul0(w, lse) - mul0(w, x);
 }
