@@ -99,7 +99,7 @@ static BK_CPU_CLONES void BK_FN(rows_first_max_block)(const BK_T *x, BK_T *y, in
  * them is discarded by a select, so they cannot influence the result.
  * Exponentials go to e (per-thread scratch, when streaming) or y.
  */
-static BK_CPU_CLONES void BK_FN(masked_softmax_block)(const BK_T *x, const BK_T *mask, BK_T *y,
+static BK_CPU_CLONES_512 void BK_FN(masked_softmax_block)(const BK_T *x, const BK_T *mask, BK_T *y,
                                                       int64_t r0, int64_t r1, int64_t n,
                                                       BK_T *e, int stream) {
   if (n < BK_LANES) { /* narrow rows, across the lanes */

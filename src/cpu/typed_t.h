@@ -85,17 +85,27 @@ BK_INLINE BK_T BK_FN(bk_expn)(BK_T x) {
   return x != x ? x : p;
 }
 
-/* dst[0..n) = src[0..n); stream: non-temporal stores (vec.h). */
+/* dst[0..n) = src[0..n); stream: non-temporal stores (vec.h) for the
+ * 64-byte lines that lie wholly inside dst[0..n), ordinary stores for the
+ * partial lines at either end. A line is thus written either by streaming
+ * stores only or by ordinary stores only, also where consecutive calls
+ * share it (rows whose width is not a multiple of a line): ordinary stores
+ * into a line that streaming stores have begun flush the write-combining
+ * buffer and read the line back from memory (the layer norm of 17 float32
+ * columns ran at a tenth of the speed of 16 or 24 columns). */
 BK_INLINE void BK_FN(bk_put)(BK_T *restrict dst, const BK_T *restrict src, int64_t n,
                              int stream) {
   int64_t j = 0;
 #if defined(__SSE2__)
   if (stream) {
-    for (; j < n && ((uintptr_t)(dst + j) & 15) != 0; j++) dst[j] = src[j];
+    const int64_t line = 64 / (int64_t)sizeof(BK_T);
+    for (; j < n && ((uintptr_t)(dst + j) & 63) != 0; j++) dst[j] = src[j];
 #if BK_T_F32
-    for (; j + 4 <= n; j += 4) _mm_stream_ps(dst + j, _mm_loadu_ps(src + j));
+    for (; j + line <= n; j += line)
+      for (int64_t q = 0; q < line; q += 4) _mm_stream_ps(dst + j + q, _mm_loadu_ps(src + j + q));
 #else
-    for (; j + 2 <= n; j += 2) _mm_stream_pd(dst + j, _mm_loadu_pd(src + j));
+    for (; j + line <= n; j += line)
+      for (int64_t q = 0; q < line; q += 2) _mm_stream_pd(dst + j + q, _mm_loadu_pd(src + j + q));
 #endif
   }
 #else
