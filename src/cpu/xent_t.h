@@ -13,8 +13,22 @@ static BK_CPU_CLONES_512 double BK_FN(weighted_row)(const BK_T *x, const BK_T *w
   double lane[BK_LANES] = {0};
   int64_t j = 0;
   for (; j + BK_LANES <= n; j += BK_LANES) {
+    /* xent_term's common case, w * (lse - x), for a group whose
+     * differences are all finite; the whole of it otherwise (in a vector
+     * loop its select would compute both forms for every group). */
+    double d[BK_LANES];
+    int odd = 0;
+#pragma omp simd reduction(| : odd)
+    for (int l = 0; l < BK_LANES; l++) {
+      d[l] = lse - (double)x[j + l];
+      odd |= !(fabs(d[l]) < INFINITY);
+    }
+    if (!odd) {
 #pragma omp simd
-    for (int l = 0; l < BK_LANES; l++) lane[l] += xent_term(w[j + l], x[j + l], lse);
+      for (int l = 0; l < BK_LANES; l++) lane[l] += (double)w[j + l] * d[l];
+    } else {
+      for (int l = 0; l < BK_LANES; l++) lane[l] += xent_term(w[j + l], x[j + l], lse);
+    }
   }
   for (int l = 0; j < n; j++, l++) lane[l] += xent_term(w[j], x[j], lse);
   return bk_fold64(lane);
