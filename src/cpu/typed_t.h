@@ -230,6 +230,13 @@ BK_INLINE void BK_FN(rk_scale_put)(const BK_T *restrict e, BK_T *y, int64_t n, B
  * order. nr <= BK_LANES rows are read; the other lanes hold `fill`. */
 BK_INLINE void BK_FN(nk_in)(const BK_T *restrict x, int64_t n, int64_t nr, BK_T *restrict t,
                             BK_T fill) {
+  if (nr == BK_LANES) { /* a full tile: one vector gather per column */
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int64_t l = 0; l < BK_LANES; l++) t[j * BK_LANES + l] = x[l * n + j];
+    }
+    return;
+  }
   for (int64_t j = 0; j < n; j++)
     for (int64_t l = 0; l < BK_LANES; l++) t[j * BK_LANES + l] = l < nr ? x[l * n + j] : fill;
 }
@@ -239,8 +246,10 @@ BK_INLINE void BK_FN(nk_in)(const BK_T *restrict x, int64_t n, int64_t nr, BK_T 
 BK_INLINE void BK_FN(nk_out)(const BK_T *restrict t, int64_t n, int64_t nr, BK_T *y,
                              int stream) {
   BK_T row_major[BK_LANES * BK_NARROW];
-  for (int64_t l = 0; l < nr; l++)
+  for (int64_t l = 0; l < nr; l++) {
+#pragma omp simd
     for (int64_t j = 0; j < n; j++) row_major[l * n + j] = t[j * BK_LANES + l];
+  }
   BK_FN(bk_put)(y, row_major, nr * n, stream);
 }
 
@@ -257,18 +266,43 @@ BK_INLINE void BK_FN(nk_max)(const BK_T *restrict t, int64_t n, BK_T *restrict m
 
 /* Per lane: t = exp(t - m) where keep (NULL: everywhere; else keep != 0,
  * the rest set to 0), s = their float64 sum in index order; then t *= 1/s
- * (0 where not kept and, keep given, in lanes with nothing kept). */
+ * (0 where not kept and, keep given, in lanes with nothing kept). The two
+ * cases are separate loops: a load of keep behind a test of keep kept the
+ * masked loops from vectorizing. */
 BK_INLINE void BK_FN(nk_softmax)(BK_T *restrict t, const BK_T *restrict keep, int64_t n) {
   BK_T m[BK_LANES], f[BK_LANES];
   double s[BK_LANES] = {0};
   int any[BK_LANES] = {0};
   for (int l = 0; l < BK_LANES; l++) m[l] = -INFINITY;
+  if (!keep) {
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++) {
+        const BK_T v = t[j * BK_LANES + l];
+        m[l] = v > m[l] ? v : m[l];
+      }
+    }
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++) {
+        const BK_T e = BK_FN(bk_expn)(t[j * BK_LANES + l] - m[l]);
+        t[j * BK_LANES + l] = e;
+        s[l] += (double)e;
+      }
+    }
+    for (int l = 0; l < BK_LANES; l++) f[l] = n > 0 ? (BK_T)(1.0 / s[l]) : (BK_T)0;
+    for (int64_t j = 0; j < n; j++) {
+#pragma omp simd
+      for (int l = 0; l < BK_LANES; l++) t[j * BK_LANES + l] = t[j * BK_LANES + l] * f[l];
+    }
+    return;
+  }
   for (int64_t j = 0; j < n; j++) {
 #pragma omp simd
     for (int l = 0; l < BK_LANES; l++) {
       const BK_T v = t[j * BK_LANES + l];
-      const int k = !keep || keep[j * BK_LANES + l] != 0;
-      m[l] = k && v > m[l] ? v : m[l];
+      const int k = keep[j * BK_LANES + l] != 0;
+      m[l] = (k & (v > m[l])) ? v : m[l];
       any[l] |= k;
     }
   }
@@ -276,18 +310,16 @@ BK_INLINE void BK_FN(nk_softmax)(BK_T *restrict t, const BK_T *restrict keep, in
 #pragma omp simd
     for (int l = 0; l < BK_LANES; l++) {
       const BK_T e = BK_FN(bk_expn)(t[j * BK_LANES + l] - m[l]);
-      const int k = !keep || keep[j * BK_LANES + l] != 0;
-      t[j * BK_LANES + l] = k ? e : (BK_T)0;
-      s[l] += k ? (double)e : 0.0;
+      const BK_T v = keep[j * BK_LANES + l] != 0 ? e : (BK_T)0;
+      t[j * BK_LANES + l] = v;
+      s[l] += (double)v; /* + (double)+0 where not kept: s unchanged */
     }
   }
   for (int l = 0; l < BK_LANES; l++) f[l] = any[l] ? (BK_T)(1.0 / s[l]) : (BK_T)0;
   for (int64_t j = 0; j < n; j++) {
 #pragma omp simd
-    for (int l = 0; l < BK_LANES; l++) {
-      const int k = !keep || keep[j * BK_LANES + l] != 0;
-      t[j * BK_LANES + l] = k ? t[j * BK_LANES + l] * f[l] : (BK_T)0;
-    }
+    for (int l = 0; l < BK_LANES; l++)
+      t[j * BK_LANES + l] = keep[j * BK_LANES + l] != 0 ? t[j * BK_LANES + l] * f[l] : (BK_T)0;
   }
 }
 
