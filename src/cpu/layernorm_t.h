@@ -77,7 +77,7 @@ BK_INLINE void BK_FN(ln_forward_narrow)(const BK_T *x, const BK_T *gamma, const 
   bk_put_fence(stream);
 }
 
-static BK_CPU_CLONES void BK_FN(ln_forward_block)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
+static BK_CPU_CLONES_512 void BK_FN(ln_forward_block)(const BK_T *x, const BK_T *gamma, const BK_T *beta,
                                     BK_T *out, BK_T *nrm, BK_T *inv_std, int64_t r0, int64_t r1,
                                     int64_t n, double eps, int stream) {
   BK_T tn[BK_CHUNK], to[BK_CHUNK];

@@ -38,11 +38,12 @@
 #endif
 
 /* The kernels bound by their exponentials (softmax, masked softmax, the
- * cross-entropies) carry a third code path, for x86-64-v4
- * (AVX-512F/BW/CD/DQ/VL): sixteen float32 lanes to a register and 32
- * registers, so the exponential's constants stay in registers (1.3-1.7x
- * over AVX2 on the project's 2-core machine; the layer-norm forward gained
- * nothing and stays on two paths). The same rule holds as for AVX2: the same operations in the
+ * cross-entropies) and the layer-norm forward carry a third code path, for
+ * x86-64-v4 (AVX-512F/BW/CD/DQ/VL): sixteen float32 lanes to a register and
+ * 32 registers, so the exponential's constants stay in registers (1.3-1.7x
+ * over AVX2 on the project's 2-core machine; the layer-norm forward 1.0-1.1x,
+ * and its narrow rows' vector transposes (typed_t.h) need it: on AVX2 they
+ * ran 10% slower at 4 columns than the scalar ones they replaced). The same rule holds as for AVX2: the same operations in the
  * same order (ISO C mode: no contraction into fused multiply-adds, though
  * the path has FMA), the same lane layout, so the same bits. */
 #if defined(__x86_64__) && defined(__has_attribute) && !defined(BK_CPU_NO_CLONES) &&            \
