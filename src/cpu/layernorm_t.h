@@ -25,13 +25,19 @@ BK_INLINE double BK_FN(ln_sq)(const BK_T *restrict x, int64_t n, double mu) {
       a[q] += d * d;
     }
   }
-  double lane[BK_LANES];
-  memcpy(lane, a, sizeof lane);
-  for (int l = 0; j < n; j++, l++) {
-    const double d = (double)x[j] - mu;
-    lane[l] += d * d;
+  if (j < n) { /* the tail as in rk_sum64: +0 to the partials it misses */
+    double t[BK_LANES] = {0};
+    for (int l = 0; j < n; j++, l++) {
+      const double d = (double)x[j] - mu;
+      t[l] = d * d;
+    }
+    for (int q = 0; q < 4; q++) {
+      bk_v4d v;
+      memcpy(&v, t + 4 * q, sizeof v);
+      a[q] += v;
+    }
   }
-  return bk_fold64(lane);
+  return bk_vfold64(a);
 }
 
 /* Rows r0..r1 of the forward pass: two-pass statistics, then normalized

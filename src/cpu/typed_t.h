@@ -47,6 +47,34 @@
 #define BK_FN(name) BK_CAT(name, BK_SFX) /* name_f32 or name_f64 */
 #endif
 
+/* BK_LANES (and 8, 4, 2) values of the type as one value of the compiler's
+ * vector extension: the lane partials of a row held in registers rather
+ * than in an array, which a fold then read back from memory just after the
+ * scalar stores of the row's tail (a stalled store-to-load forwarding per
+ * fold, which dominated rows of a few dozen columns). */
+typedef BK_T BK_FN(bk_v16) __attribute__((vector_size(16 * sizeof(BK_T))));
+typedef BK_T BK_FN(bk_v8) __attribute__((vector_size(8 * sizeof(BK_T))));
+typedef BK_T BK_FN(bk_v4) __attribute__((vector_size(4 * sizeof(BK_T))));
+typedef BK_T BK_FN(bk_v2) __attribute__((vector_size(2 * sizeof(BK_T))));
+
+/* The pairwise tree of rk_fold on a vector: halves added, lane l of the low
+ * half first, as lane[l] += lane[l + w]. */
+BK_INLINE BK_T BK_FN(rk_vfold)(BK_FN(bk_v16) v) {
+  BK_FN(bk_v8) a8, b8;
+  memcpy(&a8, &v, sizeof a8);
+  memcpy(&b8, (char *)&v + sizeof a8, sizeof b8);
+  const BK_FN(bk_v8) s8 = a8 + b8;
+  BK_FN(bk_v4) a4, b4;
+  memcpy(&a4, &s8, sizeof a4);
+  memcpy(&b4, (const char *)&s8 + sizeof a4, sizeof b4);
+  const BK_FN(bk_v4) s4 = a4 + b4;
+  BK_FN(bk_v2) a2, b2;
+  memcpy(&a2, &s4, sizeof a2);
+  memcpy(&b2, (const char *)&s4 + sizeof a2, sizeof b2);
+  const BK_FN(bk_v2) s2 = a2 + b2;
+  return s2[0] + s2[1];
+}
+
 /* 1/k!, k = BK_DEG down to 0: the Taylor coefficients of exp. */
 static const BK_T BK_FN(exp_taylor)[] = {
 #if !BK_T_F32
@@ -144,14 +172,20 @@ BK_INLINE BK_T BK_FN(rk_fold)(BK_T *lane) {
 
 /* sum of x[0..n) (n <= BK_CHUNK) in the data's type. */
 BK_INLINE BK_T BK_FN(rk_chunk_sum)(const BK_T *restrict x, int64_t n) {
-  BK_T lane[BK_LANES] = {0};
+  BK_FN(bk_v16) lane = {0}, v;
   int64_t j = 0;
   for (; j + BK_LANES <= n; j += BK_LANES) {
-#pragma omp simd
-    for (int l = 0; l < BK_LANES; l++) lane[l] += x[j + l];
+    memcpy(&v, x + j, sizeof v);
+    lane += v;
   }
-  for (int l = 0; j < n; j++, l++) lane[l] += x[j];
-  return BK_FN(rk_fold)(lane);
+  /* The tail to partials 0, 1, ...; +0 to the others, which leaves them as
+   * they are (a partial that starts at +0 never becomes -0). */
+  if (j < n) {
+    BK_FN(bk_v16) t = {0};
+    memcpy(&t, x + j, (size_t)(n - j) * sizeof(BK_T));
+    lane += t;
+  }
+  return BK_FN(rk_vfold)(lane);
 }
 
 /* e[j] = exp(x[j] - m) for j < n (n <= BK_CHUNK); returns their sum in the
@@ -203,10 +237,18 @@ BK_INLINE double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
 #endif
     }
   }
-  double lane[BK_LANES];
-  memcpy(lane, a, sizeof lane);
-  for (int l = 0; j < n; j++, l++) lane[l] += (double)x[j];
-  return bk_fold64(lane);
+  /* The tail to partials 0, 1, ...; +0 to the others, which leaves them as
+   * they are (a partial that starts at +0 never becomes -0). */
+  if (j < n) {
+    double t[BK_LANES] = {0};
+    for (int l = 0; j < n; j++, l++) t[l] = (double)x[j];
+    for (int q = 0; q < 4; q++) {
+      bk_v4d v;
+      memcpy(&v, t + 4 * q, sizeof v);
+      a[q] += v;
+    }
+  }
+  return bk_vfold64(a);
 }
 
 /* y[0..n) = e[0..n) * f, through a tile of BK_CHUNK on the stack so that the

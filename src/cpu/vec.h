@@ -101,6 +101,13 @@ BK_INLINE double bk_fold64(double *lane) {
   return lane[0];
 }
 
+/* bk_fold64 of 16 partials held as four vectors (partials 4q..4q+3 in
+ * a[q]): the same tree, without reading them back from memory. */
+BK_INLINE double bk_vfold64(const bk_v4d *a) {
+  const bk_v4d s4 = (a[0] + a[2]) + (a[1] + a[3]);
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
+}
+
 /* Orders this thread's streaming stores before what follows (the end of
  * the parallel region publishes them). */
 static inline void bk_put_fence(int stream) {
