@@ -489,9 +489,14 @@ BK_API BK_NODISCARD bk_status bk_xent_teacher(bk_context *ctx, const bk_buffer *
  * with 4 or more output channels and 16 or more (input channel, tap) pairs
  * per group is one float64 product per batch and group, cblas_dgemm over
  * the group's kernel block and the input columns its taps read);
- * on CUDA it accumulates in float32 (cuDNN in FMA math, never TF32,
- * deterministic algorithms only), and depthwise 1-D convolutions
- * (groups == C_in) use a direct kernel.
+ * on CUDA it accumulates in float32 (cuDNN engines without tensor cores,
+ * never TF32, deterministic engines only: the first such engine of cuDNN's
+ * heuristic order for the shape, so the bits depend on the shape, the GPU
+ * and the cuDNN version and are the same run to run); depthwise
+ * convolutions (groups == C_in; of 2 or 3 spatial axes only where C_in > 1
+ * or C_out == 1) whose window fits the kernels' shared-memory tiles use the
+ * library's own kernels, which sum each output's taps in index order in the
+ * data's type and then add the bias.
  * Returns BK_ERR_INVALID_ARGUMENT for groups <= 0, C_in or C_out not
  * divisible by groups, kernel_dims[1] != C_in, k, stride or dilation <= 0,
  * negative padding, (k-1)*dil + 1 or in + before + after outside int64,

@@ -222,11 +222,46 @@ static void conv_groups(void) {
   }
 }
 
+/* Depthwise convolutions (groups == C_in) of every rank, which the CUDA
+ * backend computes with its own kernels: 2-D with a channel multiplier,
+ * stride, dilation and asymmetric padding; 3-D with one channel per group;
+ * one channel into one over two batch axes; 1-D with a dilated window too
+ * long for the shared-memory tile of any depthwise kernel, and with padding
+ * too wide for the 1-D kernel's; padding wider than the
+ * input, so that some outputs see only zeros; long windows and strides. */
+static void conv_depthwise_nd(void) {
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    conv_case a = {2, 1, {2, 1}, 3, 6, 3, {11, 9}, {3, 2}, {2, 1}, {2, 0}, {1, 3}, {1, 2}, 1};
+    run_case(dt, &a, 31);
+    conv_case b = {3, 0, {1, 1}, 4, 4, 4, {9, 7, 10}, {2, 1, 3}, {2, 1, 2}, {1, 0, 2}, {2, 0, 0},
+                   {2, 1, 1}, 0};
+    run_case(dt, &b, 32);
+    conv_case c = {2, 2, {2, 3}, 1, 1, 1, {37, 19}, {3, 4}, {2, 1}, {2, 5}, {4, 0}, {3, 2}, 1};
+    run_case(dt, &c, 33);
+    conv_case e = {1, 1, {2, 1}, 2, 2, 2, {70001}, {3}, {3}, {1}, {2}, {30000}, 1};
+    run_case(dt, &e, 34);
+    conv_case e2 = {1, 1, {2, 1}, 2, 2, 2, {300}, {3}, {2}, {13000}, {5}, {2}, 1};
+    run_case(dt, &e2, 38);
+    conv_case f = {2, 0, {1, 1}, 5, 10, 5, {3, 4}, {2, 2}, {1, 3}, {6, 1}, {7, 2}, {1, 1}, 1};
+    run_case(dt, &f, 35);
+    /* Windows of 7 and 11 taps along the last axis; a stride that leaves
+     * room for one pass of output rows per shared-memory tile. */
+    conv_case h = {2, 1, {3, 1}, 2, 2, 2, {6, 40}, {2, 7}, {1, 2}, {1, 3}, {0, 4}, {2, 2}, 1};
+    run_case(dt, &h, 36);
+    conv_case i = {2, 0, {1, 1}, 2, 4, 2, {3, 40}, {1, 11}, {1, 1}, {0, 5}, {0, 6}, {1, 1}, 0};
+    run_case(dt, &i, 37);
+    conv_case j = {2, 0, {1, 1}, 3, 3, 3, {3000, 6}, {2, 1}, {40, 1}, {1, 0}, {0, 0}, {1, 1}, 1};
+    run_case(dt, &j, 39);
+  }
+}
+
 /* Convolutions with enough work to take the CPU backend's matrix-product
  * form where it has one (2^20 multiply-adds and more, 4 or more output
  * channels and 16 or more (channel, tap) pairs per group): a 1-D one long
  * enough for several tiles of output positions, a grouped 2-D one with
- * stride, dilation and asymmetric padding, a 3-D one with two batch axes. */
+ * stride, dilation and asymmetric padding, a 3-D one with two batch axes;
+ * and a long 1-D one with asymmetric padding. */
 static void conv_large(void) {
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
@@ -237,6 +272,10 @@ static void conv_large(void) {
     conv_case c = {3, 2, {2, 1}, 4, 16, 1, {9, 11, 12}, {3, 3, 2}, {1, 2, 1}, {1, 0, 1}, {1, 2, 0},
                    {1, 1, 2}, 0};
     run_case(dt, &c, 23);
+    /* Asymmetric padding of lines longer than the CUDA padding pass's
+     * segments of 1024 elements. */
+    conv_case e = {1, 0, {1, 1}, 3, 4, 1, {5000}, {3}, {1}, {3}, {1}, {1}, 1};
+    run_case(dt, &e, 24);
   }
 }
 
@@ -449,6 +488,7 @@ int main(void) {
   TL_RUN(conv_example);
   TL_RUN(conv_random);
   TL_RUN(conv_groups);
+  TL_RUN(conv_depthwise_nd);
   TL_RUN(conv_large);
   TL_RUN(conv_depthwise_causal);
   TL_RUN(conv_empty);

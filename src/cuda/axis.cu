@@ -128,25 +128,6 @@ static __device__ __forceinline__ void ax_cp_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
 
-/* Division of a tile index (< 2^31) by d >= 1: m = floor(2^32 / d) (2^32 - 1
- * for d = 1) gives a quotient at most one too small, corrected once. */
-struct ax_div32 {
-  uint32_t d, m;
-};
-
-static inline ax_div32 ax_div32_make(uint64_t d) {
-  ax_div32 v;
-  v.d = (uint32_t)d;
-  v.m = d == 1 ? 0xffffffffu : (uint32_t)((((uint64_t)1) << 32) / d);
-  return v;
-}
-
-static __device__ __forceinline__ int ax_divq(const ax_div32 &v, int e) {
-  uint32_t q = __umulhi((uint32_t)e, v.m);
-  if ((uint32_t)e - q * v.d >= v.d) q++;
-  return (int)q;
-}
-
 /* ---- the plan ------------------------------------------------------------------ */
 
 struct ax_plan {
@@ -160,8 +141,8 @@ struct ax_plan {
   int ty, seg;                /* segments per column, rows per segment */
   int lgti;                   /* strips: log2(ti) */
   size_t tile_bytes, smem;    /* the tile; all dynamic shared memory */
-  ax_div32 tinner, tch;       /* division of tile indices by inner and by ch */
-  ax_div32 dnch, dtis, dobs;  /* division of unit indices (units < 2^31: u32) */
+  bk_div32 tinner, tch;       /* division of tile indices by inner and by ch */
+  bk_div32 dnch, dtis, dobs;  /* division of unit indices (units < 2^31: u32) */
   int u32;
 };
 
@@ -248,13 +229,13 @@ static __device__ __forceinline__ ax_tile ax_tile_of(const ax_plan &p, int64_t u
      * instructions, more than a small tile's copy). */
     int v = (int)u;
     if (p.cl) { /* chunks fastest: a cluster is nch consecutive blocks */
-      const int q = ax_divq(p.dnch, v);
+      const int q = bk_div32_q(p.dnch, v);
       k = v - q * (int)p.nch;
       v = q;
     }
-    const int rest = ax_divq(p.dtis, v);
+    const int rest = bk_div32_q(p.dtis, v);
     it = v - rest * (int)p.tis;
-    const int q = ax_divq(p.dobs, rest);
+    const int q = bk_div32_q(p.dobs, rest);
     ot = rest - q * (int)p.obs;
     if (!p.cl) k = q;
   } else {
@@ -296,9 +277,9 @@ static __device__ __forceinline__ void ax_tile_each(const ax_plan &p, const ax_t
 #pragma unroll 4
     for (int i = threadIdx.x; i < count; i += AX_THREADS) {
       const int e = i * VEC;
-      const int row = ax_divq(p.tinner, e);
+      const int row = bk_div32_q(p.tinner, e);
       const int c = e - row * (int)p.inner;
-      const int ob = p.ob > 1 ? ax_divq(p.tch, row) : 0;
+      const int ob = p.ob > 1 ? bk_div32_q(p.tch, row) : 0;
       f(e, t.base + e, ob * (int)p.inner + c);
     }
   } else {
@@ -481,7 +462,7 @@ static __global__ void __launch_bounds__(AX_THREADS, AX_TILE_BLOCKS)
       const int per = t.rc << lg, count = t.obc * per;
 #pragma unroll 4
       for (int i = tid; i < count; i += AX_THREADS) {
-        const int ob = t.obc > 1 ? ax_divq(p.tch, i >> lg) : 0; /* rc == ch when obc > 1 */
+        const int ob = t.obc > 1 ? bk_div32_q(p.tch, i >> lg) : 0; /* rc == ch when obc > 1 */
         const int rem = i - ob * per, r = rem >> lg, c = (rem & ((1 << lg) - 1)) * VEC;
         if (c < t.tw)
           ax_cp_async<VEC * (int)sizeof(T)>(tile + (ob * t.rc + r) * p.ti + c,
@@ -644,7 +625,7 @@ static __global__ void __launch_bounds__(AX_THREADS)
       double acc = -0.0;
       for (int64_t k = 0; k < p.nch; k++) acc += part[k * p.R + i];
       if constexpr (G::gen) {
-        const int64_t o = p.R < ((int64_t)1 << 31) ? ax_divq(p.tinner, (int)i) : i / p.inner;
+        const int64_t o = p.R < ((int64_t)1 << 31) ? bk_div32_q(p.tinner, (int)i) : i / p.inner;
         y[ax_res(p, g, o, i - o * p.inner)] = (T)acc;
       } else
         y[i] = (T)acc;
@@ -998,13 +979,13 @@ static void ax_plan_make(bk_context *ctx, int op, int64_t es, int64_t vw, int64_
   p->tile_bytes = (size_t)((ob * p->ch * ti * es + 15) / 16 * 16) + (p->flat ? 16 : 0);
   p->smem = p->tile_bytes + (size_t)(nq * ty * 8) + (size_t)(p->cl ? nq * 8 : 0) +
             (op == AX_SOFTMAX ? (size_t)(2 * nq * es) : 0) + (gen ? (size_t)(p->ch + ob) * 8 : 0);
-  p->tinner = ax_div32_make((uint64_t)inner);
-  p->tch = ax_div32_make((uint64_t)p->ch);
+  p->tinner = bk_div32_make((uint64_t)inner);
+  p->tch = bk_div32_make((uint64_t)p->ch);
   p->u32 = p->units < ((int64_t)1 << 31);
   if (p->u32) {
-    p->dnch = ax_div32_make((uint64_t)p->nch);
-    p->dtis = ax_div32_make((uint64_t)p->tis);
-    p->dobs = ax_div32_make((uint64_t)p->obs);
+    p->dnch = bk_div32_make((uint64_t)p->nch);
+    p->dtis = bk_div32_make((uint64_t)p->tis);
+    p->dobs = bk_div32_make((uint64_t)p->obs);
   }
 }
 

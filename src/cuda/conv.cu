@@ -1,7 +1,7 @@
 /*
  * conv.cu — grouped convolution on CUDA (bk_conv).
  *
- * Three routes, chosen per call from the geometry:
+ * Four routes, chosen per call from the geometry:
  *  - depthwise_kernel: 1-D convolutions in which every group holds one
  *    input channel (groups == C_in, any channel multiplier C_out/C_in), any
  *    k, stride, dilation and padding whose input window fits a
@@ -10,6 +10,12 @@
  *    (zeros where the padding is), then each thread computes outputs
  *    threadIdx.x + q*blockDim.x of the tile, so stores are coalesced and the
  *    shared-memory reads of a warp are consecutive.
+ *  - depthwise_nd_kernel: the other depthwise convolutions (2-D and 3-D,
+ *    1-D windows or paddings the 1-D tile cannot take; groups == C_in > 1,
+ *    or one channel into one) whose staged region fits: a tile of output
+ *    rows and columns of one output plane per block, its input region
+ *    staged in shared memory once per tap plane, the padding and the bias
+ *    inside the kernel (no padded copy, no bias pass).
  *  - cuDNN's convolution forward for everything else. The dense kernel
  *    layout is reduced to its diagonal blocks (C_out, C_in/groups, k...) by
  *    extract_kernel, groups go to cudnnSetConvolutionGroupCount, 1-D runs
@@ -17,11 +23,12 @@
  *    part min(before, after) is cuDNN's padding and only the remainder is
  *    materialized by pad_kernel into a zero-padded copy of the input. The
  *    batch is split into chunks when a tensor would pass the 32-bit element
- *    counts of cuDNN's descriptors. f32 runs in CUDNN_FMA_MATH, the math
- *    type that excludes tensor-core (TF32) kernels, and only algorithms
- *    that cuDNN reports deterministic are used. The algorithm, its
- *    workspace size and the descriptors are cached in the context per
- *    shape. The bias is added by bias_kernel in one pass over the output.
+ *    counts of cuDNN's descriptors. The engine is the first of cuDNN's
+ *    heuristic order (backend API, mode A) that cuDNN reports
+ *    deterministic and, for f32, free of tensor cores (TF32) and other
+ *    reduced precision; its execution plan and workspace size are cached
+ *    in the context per shape and pointer alignment. The bias is added by
+ *    bias_kernel in one pass over the output.
  *  - direct_kernel: one thread per output element, for the geometries
  *    cuDNN rejects or cannot describe (also f64 shapes without a cuDNN
  *    algorithm). Correct for every geometry, not fast.
@@ -186,22 +193,116 @@ direct_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restr
   }
 }
 
-/* Zero-padded copy of the input, one warp per line along the last axis. */
+/* Zero-padded copy of the input in units of one warp: unit u is segment
+ * u % segs of line u / segs (a line is q[2] elements along the last axis,
+ * a segment PAD_SEG of them), so that few long lines spread over the
+ * device as well as many short ones. A unit's line and plane come from
+ * multiply-shift divisions (dsegs: segs; dq1, dq0: q[1], q[0]). */
+enum { PAD_SEG = 1024 };
+
 template <typename T>
 static __global__ void __launch_bounds__(256)
-pad_kernel(const T *__restrict__ x, T *__restrict__ xp, pad_geom g) {
+pad_kernel(const T *__restrict__ x, T *__restrict__ xp, pad_geom g, int64_t segs, bk_divider dsegs,
+           bk_divider dq1, bk_divider dq0) {
   const int lane = threadIdx.x & 31;
-  const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
-  for (int64_t l = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; l < g.lines; l += warps) {
-    const int64_t i1 = l % g.q[1], t = l / g.q[1];
-    const int64_t i0 = t % g.q[0], plane = t / g.q[0];
-    const int64_t s0 = i0 - g.before[0], s1 = i1 - g.before[1];
+  const uint64_t units = (uint64_t)g.lines * (uint64_t)segs;
+  const uint64_t warps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
+  for (uint64_t u = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < units; u += warps) {
+    const uint64_t l = bk_divider_q(dsegs, u), t = bk_divider_q(dq1, l), plane = bk_divider_q(dq0, t);
+    const int64_t q0 = (int64_t)(u - l * (uint64_t)segs) * PAD_SEG;
+    const int64_t s0 = (int64_t)(t - plane * (uint64_t)g.q[0]) - g.before[0];
+    const int64_t s1 = (int64_t)(l - t * (uint64_t)g.q[1]) - g.before[1];
     const bool line_ok = s0 >= 0 && s0 < g.in[0] && s1 >= 0 && s1 < g.in[1];
-    const T *src = line_ok ? x + ((plane * g.in[0] + s0) * g.in[1] + s1) * g.in[2] : x;
-    T *dst = xp + l * g.q[2];
-    for (int64_t q = lane; q < g.q[2]; q += 32) {
+    const T *src = line_ok ? x + (((int64_t)plane * g.in[0] + s0) * g.in[1] + s1) * g.in[2] : x;
+    T *dst = xp + (int64_t)l * g.q[2];
+    const int64_t q1 = q0 + PAD_SEG < g.q[2] ? q0 + PAD_SEG : g.q[2];
+    for (int64_t q = q0 + lane; q < q1; q += 32) {
       const int64_t s2 = q - g.before[2];
       dst[q] = (line_ok && s2 >= 0 && s2 < g.in[2]) ? __ldg(src + s2) : (T)0;
+    }
+  }
+}
+
+/* Depthwise convolution of two or three spatial axes, or of one whose
+ * window the 1-D kernel cannot stage (groups == C_in, output channel oc
+ * reading input channel oc / og), normalized to three spatial axes. A
+ * block computes a tile of th x tw outputs of one output plane (n, oc,
+ * o0): for each tap index k0 it stages the input region the tile reads
+ * from input plane o0*stride0 + k0*dil0 in shared memory, zeros where the
+ * padding is (16-byte-free scalar loads, consecutive threads consecutive
+ * columns), then each thread adds the taps (k1, k2) of that plane to its
+ * `per` outputs (columns threadIdx % tw, rows threadIdx / tw + j*256/tw),
+ * the tap's weight read once for all of them. Each output's taps are
+ * summed in T in index order (k0, k1, k2) and the bias added at the end.
+ * Block indices are split with multiply-shift divisions; positions within
+ * a plane are int (the plan checks). */
+enum { DWT_THREADS = 256, DWT_PER = 4 };
+
+typedef struct dwt_geom {
+  int in[3], k[3], stride[3], dil[3], pad[3], out[3];
+  int c_in, c_out;
+  int tw, th, per, rows, cols; /* tile; outputs a thread; staged region */
+  int64_t tiles1, tiles2, units, plane, k_vol;
+  bk_divider dt2, dt1, do0, dco;
+  bk_div32 dog, dcols;
+} dwt_geom;
+
+template <typename T>
+static __global__ void __launch_bounds__(DWT_THREADS)
+depthwise_nd_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *__restrict__ bias,
+                    T *__restrict__ y, dwt_geom g) {
+  extern __shared__ __align__(16) unsigned char dwt_smem[];
+  T *sx = reinterpret_cast<T *>(dwt_smem);
+  const int tid = threadIdx.x, tx = tid % g.tw, ty = tid / g.tw, ry = DWT_THREADS / g.tw;
+  const int region = g.rows * g.cols;
+  /* The loop bound is uniform across the block: every thread reaches the
+   * barriers. */
+  for (int64_t u = blockIdx.x; u < g.units; u += gridDim.x) {
+    const uint64_t q2 = bk_divider_q(g.dt2, (uint64_t)u), q1 = bk_divider_q(g.dt1, q2);
+    const uint64_t q0 = bk_divider_q(g.do0, q1), nn = bk_divider_q(g.dco, q0);
+    const int t2 = (int)((uint64_t)u - q2 * (uint64_t)g.tiles2);
+    const int t1 = (int)(q2 - q1 * (uint64_t)g.tiles1);
+    const int o0 = (int)(q1 - q0 * (uint64_t)g.out[0]);
+    const int oc = (int)(q0 - nn * (uint64_t)g.c_out);
+    const int ic = bk_div32_q(g.dog, oc);
+    const T *xc = x + ((int64_t)nn * g.c_in + ic) * g.plane;
+    const T *wc = w + ((int64_t)oc * g.c_in + ic) * g.k_vol;
+    const int R1 = t1 * g.th * g.stride[1] - g.pad[1], R2 = t2 * g.tw * g.stride[2] - g.pad[2];
+    const int o2 = t2 * g.tw + tx;
+    T acc[DWT_PER];
+#pragma unroll
+    for (int j = 0; j < DWT_PER; j++) acc[j] = 0;
+    for (int k0 = 0; k0 < g.k[0]; k0++) {
+      const int p0 = o0 * g.stride[0] - g.pad[0] + k0 * g.dil[0];
+      if ((unsigned)p0 >= (unsigned)g.in[0]) continue; /* uniform: a plane of zeros */
+      const T *xp = xc + (int64_t)p0 * g.in[1] * g.in[2];
+      for (int i = tid; i < region; i += DWT_THREADS) {
+        const int r = bk_div32_q(g.dcols, i), c = i - r * g.cols;
+        const int p1 = R1 + r, p2 = R2 + c;
+        sx[i] = ((unsigned)p1 < (unsigned)g.in[1] && (unsigned)p2 < (unsigned)g.in[2])
+                    ? __ldg(xp + p1 * g.in[2] + p2)
+                    : (T)0;
+      }
+      __syncthreads();
+      const T *wk = wc + k0 * g.k[1] * g.k[2];
+      for (int k1 = 0; k1 < g.k[1]; k1++)
+        for (int k2 = 0; k2 < g.k[2]; k2++) {
+          const T wv = __ldg(wk + k1 * g.k[2] + k2);
+          const int off = k1 * g.dil[1] * g.cols + tx * g.stride[2] + k2 * g.dil[2];
+#pragma unroll
+          for (int j = 0; j < DWT_PER; j++)
+            if (j < g.per) acc[j] += wv * sx[(ty + j * ry) * g.stride[1] * g.cols + off];
+        }
+      __syncthreads(); /* the region is restaged for the next plane */
+    }
+    if (o2 < g.out[2]) {
+      T *yp = y + (int64_t)((int64_t)q1 * g.out[1]) * g.out[2];
+      const T b = bias ? __ldg(bias + oc) : (T)0;
+#pragma unroll
+      for (int j = 0; j < DWT_PER; j++) {
+        const int o1 = t1 * g.th + ty + j * ry;
+        if (j < g.per && o1 < g.out[1]) yp[(int64_t)o1 * g.out[2] + o2] = bias ? acc[j] + b : acc[j];
+      }
     }
   }
 }
@@ -275,11 +376,11 @@ static bk_status bias_launch(bk_context *ctx, const char *fn, T *y, const T *bia
 /* ---- the cuDNN plan cache --------------------------------------------------------------- */
 
 /* The shape a plan is made for, in cuDNN's terms (descriptor rank 2 or 3;
- * extents after the explicit padding). Zero-filled before use so it can be
- * compared bytewise. */
+ * extents after the explicit padding) and the byte alignment every pointer
+ * of the call keeps. Zero-filled before use so it can be compared bytewise. */
 typedef struct conv_key {
   int32_t dtype, rank;
-  int64_t n, c_in, c_out, groups;
+  int64_t n, c_in, c_out, groups, align;
   int64_t in[3], k[3], pad[3], stride[3], dil[3], out[3];
 } conv_key;
 
@@ -287,10 +388,7 @@ typedef struct conv_plan {
   conv_key key;
   int valid;  /* the slot holds a plan */
   int usable; /* cuDNN takes the shape; 0 sends it to direct_kernel */
-  cudnnTensorDescriptor_t xd, yd;
-  cudnnFilterDescriptor_t wd;
-  cudnnConvolutionDescriptor_t cd;
-  cudnnConvolutionFwdAlgo_t algo;
+  cudnnBackendDescriptor_t plan; /* the execution plan */
   size_t ws;
 } conv_plan;
 
@@ -301,15 +399,15 @@ typedef struct conv_cache {
   int next; /* round-robin victim */
 } conv_cache;
 
-/* A workspace larger than this disqualifies an algorithm: the next one in
+/* A workspace larger than this disqualifies an engine: the next one in
  * cuDNN's order is taken instead of risking an out-of-memory failure. */
 static const size_t conv_workspace_cap = (size_t)1 << 30;
 
+/* The tensors' ids in the operation graph and the variant pack. */
+enum { CONV_UID_X = 1, CONV_UID_W = 2, CONV_UID_Y = 3 };
+
 static void plan_clear(conv_plan *p) {
-  if (p->xd) (void)cudnnDestroyTensorDescriptor(p->xd);
-  if (p->yd) (void)cudnnDestroyTensorDescriptor(p->yd);
-  if (p->wd) (void)cudnnDestroyFilterDescriptor(p->wd);
-  if (p->cd) (void)cudnnDestroyConvolutionDescriptor(p->cd);
+  if (p->plan) (void)cudnnBackendDestroyDescriptor(p->plan);
   memset(p, 0, sizeof *p);
 }
 
@@ -319,106 +417,269 @@ static void conv_cache_free(void *ptr) {
   bk__host_free(c);
 }
 
-/* cuDNN's answer for a shape it does not take (bad or unsupported
- * parameters), as opposed to a failure of the library or the device. */
+/* cuDNN's answer for a shape or an engine it does not take (bad or
+ * unsupported parameters), as opposed to a failure of the library or the
+ * device. */
 static bool cudnn_rejects(cudnnStatus_t s) {
   return CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_BAD_PARAM ||
          CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED;
 }
 
+static bool cudnn_out_of_memory(cudnnStatus_t s) {
+  return s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
+         s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED ||
+         s == CUDNN_STATUS_ALLOC_FAILED;
+}
+
 static bk_status cudnn_fail(cudnnStatus_t s, const char *what) {
-  const bool oom = s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
-                   s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED;
+  const bool oom = cudnn_out_of_memory(s);
   return bk__fail(oom ? BK_ERR_OUT_OF_MEMORY : BK_ERR_DEVICE, "bk_conv", "%s failed: %s (%d)",
                   what, cudnnGetErrorString(s), (int)s);
 }
 
-/* Fills p for key k: descriptors, the first deterministic non-tensor-op
- * algorithm in cuDNN's heuristic order whose workspace is accepted, and its
- * workspace size. A shape cuDNN rejects gives BK_OK with usable = 0; a
- * library failure gives its status (p is then cleared). */
+/* The descriptors plan_build makes and destroys again; only the execution
+ * plan outlives it. */
+typedef struct conv_graph {
+  cudnnBackendDescriptor_t x, w, y, conv, op, graph;
+} conv_graph;
+
+static void graph_clear(conv_graph *g) {
+  cudnnBackendDescriptor_t *d[] = {&g->x, &g->w, &g->y, &g->conv, &g->op, &g->graph};
+  for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+    if (*d[i]) {
+      (void)cudnnBackendDestroyDescriptor(*d[i]);
+      *d[i] = NULL;
+    }
+}
+
+/* A finalized row-major tensor descriptor of nd extents. */
+static cudnnStatus_t tensor_make(int64_t uid, cudnnDataType_t dt, int nd, const int64_t *dims,
+                                 int64_t align, cudnnBackendDescriptor_t *out) {
+  int64_t str[5];
+  str[nd - 1] = 1;
+  for (int a = nd - 2; a >= 0; a--) str[a] = str[a + 1] * dims[a + 1];
+  cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, out);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd, dims);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd, str);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(*out);
+  return s;
+}
+
+/* The operation graph of one forward convolution (y = conv(x, w), groups
+ * implied by the kernel's second extent), finalized. */
+static cudnnStatus_t graph_make(cudnnHandle_t h, const conv_key *k, conv_graph *g) {
+  const cudnnDataType_t dt = k->dtype == BK_F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
+  const int nd = k->rank + 2;
+  int64_t xdim[5], wdim[5], ydim[5];
+  xdim[0] = k->n; xdim[1] = k->c_in;
+  wdim[0] = k->c_out; wdim[1] = k->c_in / k->groups;
+  ydim[0] = k->n; ydim[1] = k->c_out;
+  for (int a = 0; a < k->rank; a++) {
+    xdim[2 + a] = k->in[a];
+    wdim[2 + a] = k->k[a];
+    ydim[2 + a] = k->out[a];
+  }
+  cudnnStatus_t s = tensor_make(CONV_UID_X, dt, nd, xdim, k->align, &g->x);
+  if (s == CUDNN_STATUS_SUCCESS) s = tensor_make(CONV_UID_W, dt, nd, wdim, k->align, &g->w);
+  if (s == CUDNN_STATUS_SUCCESS) s = tensor_make(CONV_UID_Y, dt, nd, ydim, k->align, &g->y);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &g->conv);
+  if (s == CUDNN_STATUS_SUCCESS) {
+    const int64_t dims = k->rank;
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1,
+                                 &dims);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE,
+                                   1, &dt);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE,
+                                   CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64,
+                                   dims, k->pad);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64,
+                                   dims, k->pad);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64,
+                                   dims, k->dil);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
+                                   CUDNN_TYPE_INT64, dims, k->stride);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(g->conv);
+  }
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, &g->op);
+  if (s == CUDNN_STATUS_SUCCESS) {
+    const float one_f = 1.0f, zero_f = 0.0f;
+    const double one_d = 1.0, zero_d = 0.0;
+    const bool f = k->dtype == BK_F32;
+    const cudnnBackendAttributeType_t st = f ? CUDNN_TYPE_FLOAT : CUDNN_TYPE_DOUBLE;
+    s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->x);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->w);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->y);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->conv);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, st, 1,
+                                   f ? (const void *)&one_f : (const void *)&one_d);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, st, 1,
+                                   f ? (const void *)&zero_f : (const void *)&zero_d);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(g->op);
+  }
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g->graph);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(g->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->op);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(g->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1,
+                                 &h);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(g->graph);
+  return s;
+}
+
+/* Whether the engine of configuration cfg may compute the contract's
+ * result: deterministic, and for float32 without tensor cores (TF32) or
+ * any other reduced precision. Float64 tensor cores compute in float64 and
+ * are allowed. */
+static cudnnStatus_t engine_allowed(cudnnBackendDescriptor_t cfg, bool f32, bool *ok) {
+  *ok = false;
+  cudnnBackendDescriptor_t eng = NULL;
+  cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng);
+  int64_t n = 0;
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &n, &eng);
+  cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+  n = 0;
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendGetAttribute(eng, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes);
+  if (eng) (void)cudnnBackendDestroyDescriptor(eng);
+  if (s != CUDNN_STATUS_SUCCESS) return s;
+  bool allowed = true;
+  for (int64_t i = 0; i < n && i < CUDNN_NUMERICAL_NOTE_TYPE_COUNT; i++) {
+    switch (notes[i]) {
+    case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC: allowed = false; break;
+    case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+    case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+    case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION:
+      if (f32) allowed = false;
+      break;
+    default: break;
+    }
+  }
+  *ok = allowed;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+/* Tries the engine configurations cuDNN's heuristic `mode` ranks for graph
+ * g, in its order, and keeps in p the first allowed one that makes an
+ * execution plan with an accepted workspace. */
+static cudnnStatus_t plan_from_heuristic(cudnnHandle_t h, cudnnBackendDescriptor_t graph,
+                                         cudnnBackendHeurMode_t mode, bool f32, conv_plan *p) {
+  cudnnBackendDescriptor_t heur = NULL;
+  cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(heur);
+  int64_t count = 0;
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                 0, &count, NULL);
+  enum { MAX_CFGS = 64 };
+  cudnnBackendDescriptor_t cfg[MAX_CFGS];
+  int64_t made = 0;
+  if (count > MAX_CFGS) count = MAX_CFGS;
+  for (; s == CUDNN_STATUS_SUCCESS && made < count; made++)
+    s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg[made]);
+  if (s != CUDNN_STATUS_SUCCESS) made--; /* the failed one was not made */
+  int64_t got = 0;
+  if (s == CUDNN_STATUS_SUCCESS && count > 0)
+    s = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                 count, &got, cfg);
+  for (int64_t i = 0; s == CUDNN_STATUS_SUCCESS && i < got && i < count && !p->usable; i++) {
+    bool ok = false;
+    s = engine_allowed(cfg[i], f32, &ok);
+    if (s != CUDNN_STATUS_SUCCESS && !cudnn_out_of_memory(s)) s = CUDNN_STATUS_SUCCESS;
+    if (s != CUDNN_STATUS_SUCCESS || !ok) continue;
+    cudnnBackendDescriptor_t plan = NULL;
+    s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
+    if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
+    int64_t ws = 0, n = 0;
+    if (s == CUDNN_STATUS_SUCCESS)
+      s = cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                   1, &n, &ws);
+    if (s == CUDNN_STATUS_SUCCESS && ws >= 0 && (size_t)ws <= conv_workspace_cap) {
+      p->plan = plan;
+      p->ws = (size_t)ws;
+      p->usable = 1;
+      continue;
+    }
+    if (plan) (void)cudnnBackendDestroyDescriptor(plan);
+    /* An engine that cannot take the shape, or whose workspace is too
+     * large, gives way to the next one; only running out of memory ends
+     * the search. */
+    if (!cudnn_out_of_memory(s)) s = CUDNN_STATUS_SUCCESS;
+  }
+  for (int64_t i = 0; i < made; i++) (void)cudnnBackendDestroyDescriptor(cfg[i]);
+  if (heur) (void)cudnnBackendDestroyDescriptor(heur);
+  return s;
+}
+
+/* Fills p for key k: an execution plan of the first allowed engine in the
+ * order of cuDNN's heuristic (mode A; its fallback list when none of those
+ * is allowed) and its workspace size. The order depends only on the shape,
+ * the device and the cuDNN version, so a shape runs the same engine, with
+ * the same bits, in every run. A shape cuDNN rejects gives BK_OK with
+ * usable = 0; a library failure gives its status (p is then cleared). */
 static bk_status plan_build(cudnnHandle_t h, const conv_key *k, conv_plan *p) {
   memset(p, 0, sizeof *p);
   p->key = *k;
-  const cudnnDataType_t dtype = k->dtype == BK_F32 ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
-  const int nd = k->rank + 2;
-  int xdim[5], xstr[5], ydim[5], ystr[5], wdim[5];
-  int pad[3], stride[3], dil[3];
-  xdim[0] = (int)k->n; xdim[1] = (int)k->c_in;
-  ydim[0] = (int)k->n; ydim[1] = (int)k->c_out;
-  wdim[0] = (int)k->c_out; wdim[1] = (int)(k->c_in / k->groups);
-  for (int a = 0; a < k->rank; a++) {
-    xdim[2 + a] = (int)k->in[a];
-    ydim[2 + a] = (int)k->out[a];
-    wdim[2 + a] = (int)k->k[a];
-    pad[a] = (int)k->pad[a];
-    stride[a] = (int)k->stride[a];
-    dil[a] = (int)k->dil[a];
-  }
-  xstr[nd - 1] = ystr[nd - 1] = 1;
-  for (int a = nd - 2; a >= 0; a--) {
-    xstr[a] = xstr[a + 1] * xdim[a + 1];
-    ystr[a] = ystr[a + 1] * ydim[a + 1];
-  }
-
-  cudnnStatus_t s = cudnnCreateTensorDescriptor(&p->xd);
-  if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateTensorDescriptor(&p->yd);
-  if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateFilterDescriptor(&p->wd);
-  if (s == CUDNN_STATUS_SUCCESS) s = cudnnCreateConvolutionDescriptor(&p->cd);
-  if (s != CUDNN_STATUS_SUCCESS) {
-    plan_clear(p);
-    return cudnn_fail(s, "creating cuDNN descriptors");
-  }
-  p->key = *k;
   p->valid = 1;
-  s = cudnnSetTensorNdDescriptor(p->xd, dtype, nd, xdim, xstr);
-  if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetTensorNdDescriptor(p->yd, dtype, nd, ydim, ystr);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnSetFilterNdDescriptor(p->wd, dtype, CUDNN_TENSOR_NCHW, nd, wdim);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnSetConvolutionNdDescriptor(p->cd, k->rank, pad, stride, dil, CUDNN_CROSS_CORRELATION,
-                                        dtype);
-  if (s == CUDNN_STATUS_SUCCESS) s = cudnnSetConvolutionGroupCount(p->cd, (int)k->groups);
-  /* FMA math: plain FP32 kernels only, no TF32 tensor cores. Double has no
-   * reduced mode to exclude. */
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnSetConvolutionMathType(p->cd, k->dtype == BK_F32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH);
+  conv_graph g;
+  memset(&g, 0, sizeof g);
+  cudnnStatus_t s = graph_make(h, k, &g);
+  const bool f32 = k->dtype == BK_F32;
   if (s == CUDNN_STATUS_SUCCESS) {
-    /* cuDNN must agree with the contract's output extents. */
-    int got[5];
-    s = cudnnGetConvolutionNdForwardOutputDim(p->cd, p->xd, p->wd, nd, got);
-    if (s == CUDNN_STATUS_SUCCESS)
-      for (int a = 0; a < nd; a++)
-        if (got[a] != ydim[a]) return BK_OK; /* usable stays 0 */
+    s = plan_from_heuristic(h, g.graph, CUDNN_HEUR_MODE_A, f32, p);
+    if (!p->usable && (s == CUDNN_STATUS_SUCCESS || cudnn_rejects(s)))
+      s = plan_from_heuristic(h, g.graph, CUDNN_HEUR_MODE_FALLBACK, f32, p);
   }
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int count = 0;
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnGetConvolutionForwardAlgorithm_v7(h, p->xd, p->wd, p->cd, p->yd,
-                                               CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf);
+  graph_clear(&g);
   if (s != CUDNN_STATUS_SUCCESS) {
-    if (cudnn_rejects(s)) return BK_OK;
+    const bool rejected = cudnn_rejects(s);
     plan_clear(p);
+    p->key = *k;
+    p->valid = 1;
+    if (rejected) return BK_OK; /* usable stays 0 */
+    memset(p, 0, sizeof *p);
     return cudnn_fail(s, "cuDNN convolution setup");
-  }
-  for (int i = 0; i < count; i++) {
-    if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC)
-      continue;
-    if (k->dtype == BK_F32 && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                               perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
-      continue;
-    size_t ws = 0;
-    s = cudnnGetConvolutionForwardWorkspaceSize(h, p->xd, p->wd, p->cd, p->yd, perf[i].algo, &ws);
-    if (s != CUDNN_STATUS_SUCCESS) {
-      if (cudnn_rejects(s)) continue;
-      plan_clear(p);
-      return cudnn_fail(s, "cudnnGetConvolutionForwardWorkspaceSize");
-    }
-    if (ws > conv_workspace_cap) continue;
-    p->algo = perf[i].algo;
-    p->ws = ws;
-    p->usable = 1;
-    return BK_OK;
   }
   return BK_OK;
 }
@@ -520,9 +781,8 @@ static bk_status depthwise_launch(bk_context *ctx, const T *x, const T *w, const
   return bk__cuda_launched("bk_conv", "depthwise_kernel");
 }
 
-template <typename T>
-static bk_status direct_launch(bk_context *ctx, const T *x, const T *w, const T *bias, T *y,
-                               const bk_conv_geom *g) {
+/* The geometry normalized to three spatial axes (leading unit axes). */
+static direct_geom direct_geom_of(const bk_conv_geom *g) {
   direct_geom d;
   memset(&d, 0, sizeof d);
   d.n = g->n;
@@ -544,9 +804,84 @@ static bk_status direct_launch(bk_context *ctx, const T *x, const T *w, const T 
   d.k_vol = g->k_volume;
   d.out_vol = g->out_volume;
   d.total = g->n * g->c_out * g->out_volume;
+  return d;
+}
+
+template <typename T>
+static bk_status direct_launch(bk_context *ctx, const T *x, const T *w, const T *bias, T *y,
+                               const bk_conv_geom *g) {
+  const direct_geom d = direct_geom_of(g);
   const unsigned blocks = bk_cuda_blocks(ctx, d.total, 256);
   direct_kernel<T><<<blocks, 256, 0, bk_stream(ctx)>>>(x, w, bias, y, d);
   return bk__cuda_launched("bk_conv", "direct_kernel");
+}
+
+/* The depthwise kernel's tile: tw columns (the power of two from 8 to 64
+ * nearest above the output width), 256 / tw rows a pass, up to DWT_PER
+ * passes, fewer where the staged region would pass 48 KiB of shared
+ * memory. False when not even one pass fits, or when a position the
+ * kernel forms in int would not fit one; cuDNN takes those. */
+static bool depthwise_nd_plan(const bk_conv_geom *g, size_t elem, dwt_geom *d, size_t *smem) {
+  memset(d, 0, sizeof *d);
+  const int off = 3 - g->spatial_rank;
+  for (int a = 0; a < 3; a++) {
+    const int s = a - off;
+    const int64_t in = s < 0 ? 1 : g->in[s], k = s < 0 ? 1 : g->k[s];
+    const int64_t st = s < 0 ? 1 : g->stride[s], dl = s < 0 ? 1 : g->dilation[s];
+    const int64_t pb = s < 0 ? 0 : g->pad_before[s], pa = s < 0 ? 0 : g->pad_after[s];
+    const int64_t out = s < 0 ? 1 : g->out[s];
+    if (out <= 0 || in + pb + pa > INT_MAX / 2 || k > INT_MAX || st > 65536 || dl > INT_MAX)
+      return false;
+    d->in[a] = (int)in;
+    d->k[a] = (int)k;
+    d->stride[a] = (int)st;
+    d->dil[a] = (int)dl;
+    d->pad[a] = (int)pb;
+    d->out[a] = (int)out;
+  }
+  if (g->in[0] > 0 && (int64_t)d->in[1] * d->in[2] > INT_MAX) return false;
+  if (g->k_volume > INT_MAX || g->c_out > INT_MAX || g->c_in > INT_MAX) return false;
+  int tw = 8;
+  while (tw < 64 && tw < d->out[2]) tw *= 2;
+  const int ry = DWT_THREADS / tw;
+  const int64_t cap = (int64_t)(48 * 1024 / elem);
+  const int64_t cols = (int64_t)(tw - 1) * d->stride[2] + (int64_t)(d->k[2] - 1) * d->dil[2] + 1;
+  int per = DWT_PER;
+  while (per > 1 && (int64_t)ry * per / 2 >= d->out[1]) per /= 2; /* no pass wholly idle */
+  int64_t rows = 0;
+  for (;; per /= 2) {
+    rows = (int64_t)(ry * per - 1) * d->stride[1] + (int64_t)(d->k[1] - 1) * d->dil[1] + 1;
+    if (rows * cols <= cap) break;
+    if (per == 1) return false;
+  }
+  d->c_in = (int)g->c_in;
+  d->c_out = (int)g->c_out;
+  d->tw = tw;
+  d->th = ry * per;
+  d->per = per;
+  d->rows = (int)rows;
+  d->cols = (int)cols;
+  d->tiles1 = (d->out[1] + d->th - 1) / d->th;
+  d->tiles2 = (d->out[2] + tw - 1) / tw;
+  d->units = g->n * g->c_out * d->out[0] * d->tiles1 * d->tiles2;
+  d->plane = g->in_volume;
+  d->k_vol = g->k_volume;
+  d->dt2 = bk_divider_make((uint64_t)d->tiles2);
+  d->dt1 = bk_divider_make((uint64_t)d->tiles1);
+  d->do0 = bk_divider_make((uint64_t)d->out[0]);
+  d->dco = bk_divider_make((uint64_t)g->c_out);
+  d->dog = bk_div32_make((uint64_t)(g->c_out / g->groups));
+  d->dcols = bk_div32_make((uint64_t)cols);
+  *smem = (size_t)(rows * cols) * elem;
+  return true;
+}
+
+template <typename T>
+static bk_status depthwise_nd_launch(bk_context *ctx, const T *x, const T *w, const T *bias, T *y,
+                                     const dwt_geom &d, size_t smem) {
+  const unsigned blocks = bk_cuda_blocks(ctx, d.units * DWT_THREADS, DWT_THREADS);
+  depthwise_nd_kernel<T><<<blocks, DWT_THREADS, smem, bk_stream(ctx)>>>(x, w, bias, y, d);
+  return bk__cuda_launched("bk_conv", "depthwise_nd_kernel");
 }
 
 /* The cuDNN view of a call: keys for full chunks of nb samples and for the
@@ -628,6 +963,27 @@ static bool cudnn_view_of(const bk_conv_geom *g, bk_dtype dt, cudnn_view *v) {
 
 static size_t align256(size_t v) { return (v + 255) & ~(size_t)255; }
 
+/* Runs plan p on one chunk: a variant pack with the chunk's pointers. */
+static bk_status plan_run(cudnnHandle_t h, const conv_plan *p, const void *x, const void *w,
+                          void *y, void *ws) {
+  static const int64_t uids[3] = {CONV_UID_X, CONV_UID_W, CONV_UID_Y};
+  void *ptrs[3] = {(void *)x, (void *)w, y};
+  cudnnBackendDescriptor_t pack = NULL;
+  cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                                 3, ptrs);
+  if (s == CUDNN_STATUS_SUCCESS)
+    s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                                 &ws);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(pack);
+  if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(h, p->plan, pack);
+  if (pack) (void)cudnnBackendDestroyDescriptor(pack);
+  return s == CUDNN_STATUS_SUCCESS ? BK_OK : cudnn_fail(s, "cudnnBackendExecute");
+}
+
 /* cuDNN route. *done = 0 (and nothing queued) when cuDNN does not take the
  * shape, so the caller can fall back to direct_kernel. */
 template <typename T>
@@ -640,18 +996,29 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
   bk_status st = bk__cuda_cudnn(ctx, fn, &hv);
   if (st != BK_OK) return st;
   cudnnHandle_t h = (cudnnHandle_t)hv;
+  /* Pointers the call gives cuDNN: the chunks of the input (or of its
+   * padded copy, from 256-byte aligned scratch) and of the output, and the
+   * kernel (or its extracted blocks, from scratch). */
+  const bool extract = g->groups > 1;
+  uintptr_t bits = (uintptr_t)y | (uintptr_t)(v->nb * v->y_sample * (int64_t)sizeof(T));
+  if (!v->explicit_pad) bits |= (uintptr_t)x | (uintptr_t)(v->nb * v->x_sample * (int64_t)sizeof(T));
+  else bits |= (uintptr_t)(v->nb * v->x_sample * (int64_t)sizeof(T));
+  if (!extract) bits |= (uintptr_t)w;
+  int64_t align = 16;
+  while (align > (int64_t)sizeof(T) && (bits & (uintptr_t)(align - 1))) align /= 2;
+  conv_key kf = v->full, kt = v->tail;
+  kf.align = kt.align = align;
   conv_plan *pf = NULL, *pt = NULL;
-  st = plan_get(ctx, h, &v->full, NULL, &pf);
+  st = plan_get(ctx, h, &kf, NULL, &pf);
   if (st != BK_OK) return st;
   if (!pf->usable) return BK_OK;
   if (v->tail.n > 0) {
-    st = plan_get(ctx, h, &v->tail, pf, &pt);
+    st = plan_get(ctx, h, &kt, pf, &pt);
     if (st != BK_OK) return st;
     if (!pt->usable) return BK_OK;
   }
 
   const int64_t ig = g->c_in / g->groups, og = g->c_out / g->groups;
-  const bool extract = g->groups > 1;
   const size_t xp_bytes = v->explicit_pad ? (size_t)(g->n * v->x_sample) * sizeof(T) : 0;
   const size_t wc_bytes = extract ? (size_t)(g->c_out * ig * g->k_volume) * sizeof(T) : 0;
   const size_t ws_bytes = pt && pt->ws > pf->ws ? pt->ws : pf->ws;
@@ -667,7 +1034,10 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
   const T *xin = x, *win = w;
   if (v->explicit_pad) {
     T *xp = (T *)base;
-    pad_kernel<T><<<bk_cuda_blocks(ctx, v->pad.lines * 32, 256), 256, 0, stream>>>(x, xp, v->pad);
+    const int64_t segs = (v->pad.q[2] + PAD_SEG - 1) / PAD_SEG;
+    pad_kernel<T><<<bk_cuda_blocks(ctx, v->pad.lines * segs * 32, 256), 256, 0, stream>>>(
+        x, xp, v->pad, segs, bk_divider_make((uint64_t)segs), bk_divider_make((uint64_t)v->pad.q[1]),
+        bk_divider_make((uint64_t)v->pad.q[0]));
     st = bk__cuda_launched(fn, "pad_kernel");
     xin = xp;
   }
@@ -680,17 +1050,9 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
     win = wc;
   }
   void *ws = ws_bytes ? (void *)(base + off_ws) : NULL;
-  const float one_f = 1.0f, zero_f = 0.0f;
-  const double one_d = 1.0, zero_d = 0.0;
-  const void *one = dt == BK_F32 ? (const void *)&one_f : (const void *)&one_d;
-  const void *zero = dt == BK_F32 ? (const void *)&zero_f : (const void *)&zero_d;
   for (int64_t n0 = 0; st == BK_OK && n0 < g->n; n0 += v->nb) {
     const conv_plan *p = g->n - n0 >= v->nb ? pf : pt;
-    const T *xc = xin + n0 * v->x_sample;
-    T *yc = y + n0 * v->y_sample;
-    cudnnStatus_t s = cudnnConvolutionForward(h, one, p->xd, xc, p->wd, win, p->cd, p->algo, ws,
-                                              p->ws, zero, p->yd, yc);
-    if (s != CUDNN_STATUS_SUCCESS) st = cudnn_fail(s, "cudnnConvolutionForward");
+    st = plan_run(h, p, xin + n0 * v->x_sample, win, y + n0 * v->y_sample, ws);
   }
   if (st == BK_OK && bias)
     st = bias_launch<T>(ctx, fn, y, bias, g->n * v->y_sample, v->y_sample / g->c_out, g->c_out);
@@ -702,12 +1064,18 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
 template <typename T>
 static bk_status conv_launch(bk_context *ctx, bk_dtype dt, const T *x, const T *w, const T *bias,
                              T *y, const bk_conv_geom *g) {
-  if (g->spatial_rank == 1 && g->groups == g->c_in) {
+  if (g->groups == g->c_in) {
     dw_geom d;
     int threads = 0;
     size_t smem = 0;
-    if (dw_plan(g, sizeof(T), &d, &threads, &smem))
+    if (g->spatial_rank == 1 && dw_plan(g, sizeof(T), &d, &threads, &smem))
       return depthwise_launch<T>(ctx, x, w, bias, y, d, threads, smem);
+    /* Any other depthwise geometry; a single input channel only with a
+     * single output channel (one channel read by many output channels is
+     * left to cuDNN, which shares the reads between them). */
+    dwt_geom dd;
+    if ((g->groups > 1 || g->c_out == 1) && depthwise_nd_plan(g, sizeof(T), &dd, &smem))
+      return depthwise_nd_launch<T>(ctx, x, w, bias, y, dd, smem);
   }
   cudnn_view v;
   if (cudnn_view_of(g, dt, &v)) {

@@ -270,6 +270,28 @@ static __device__ __forceinline__ uint64_t bk_divider_q(const bk_divider &f, uin
 }
 #endif
 
+/* Division of an index below 2^31 by d >= 1 in 32-bit arithmetic:
+ * m = floor(2^32 / d) (2^32 - 1 for d = 1) gives a quotient at most one
+ * too small, corrected once. */
+struct bk_div32 {
+  uint32_t d, m;
+};
+
+static inline bk_div32 bk_div32_make(uint64_t d) {
+  bk_div32 v;
+  v.d = (uint32_t)d;
+  v.m = d == 1 ? 0xffffffffu : (uint32_t)((((uint64_t)1) << 32) / d);
+  return v;
+}
+
+#ifdef __CUDACC__
+static __device__ __forceinline__ int bk_div32_q(const bk_div32 &v, int e) {
+  uint32_t q = __umulhi((uint32_t)e, v.m);
+  if ((uint32_t)e - q * v.d >= v.d) q++;
+  return (int)q;
+}
+#endif
+
 #ifdef __CUDACC__
 /* VEC consecutive elements of T at p as one access: a 16-byte vector when
  * VEC * sizeof(T) == 16 (p then 16-byte aligned), a scalar when VEC == 1. */
