@@ -208,7 +208,8 @@ pad_kernel(const T *__restrict__ x, T *__restrict__ xp, pad_geom g, int64_t segs
   const uint64_t units = (uint64_t)g.lines * (uint64_t)segs;
   const uint64_t warps = ((uint64_t)gridDim.x * blockDim.x) >> 5;
   for (uint64_t u = ((uint64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; u < units; u += warps) {
-    const uint64_t l = bk_divider_q(dsegs, u), t = bk_divider_q(dq1, l), plane = bk_divider_q(dq0, t);
+    const uint64_t l = bk_divider_q(dsegs, u), t = bk_divider_q(dq1, l);
+    const uint64_t plane = bk_divider_q(dq0, t);
     const int64_t q0 = (int64_t)(u - l * (uint64_t)segs) * PAD_SEG;
     const int64_t s0 = (int64_t)(t - plane * (uint64_t)g.q[0]) - g.before[0];
     const int64_t s1 = (int64_t)(l - t * (uint64_t)g.q[1]) - g.before[1];
@@ -301,7 +302,8 @@ depthwise_nd_kernel(const T *__restrict__ x, const T *__restrict__ w, const T *_
 #pragma unroll
       for (int j = 0; j < DWT_PER; j++) {
         const int o1 = t1 * g.th + ty + j * ry;
-        if (j < g.per && o1 < g.out[1]) yp[(int64_t)o1 * g.out[2] + o2] = bias ? acc[j] + b : acc[j];
+        if (j < g.per && o1 < g.out[1])
+          yp[(int64_t)o1 * g.out[2] + o2] = bias ? acc[j] + b : acc[j];
       }
     }
   }
@@ -437,6 +439,13 @@ static bk_status cudnn_fail(cudnnStatus_t s, const char *what) {
                   what, cudnnGetErrorString(s), (int)s);
 }
 
+/* Sets one attribute of a backend descriptor unless an earlier step
+ * failed (*s holds the first failure). */
+static void battr(cudnnStatus_t *s, cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                  cudnnBackendAttributeType_t type, int64_t count, const void *value) {
+  if (*s == CUDNN_STATUS_SUCCESS) *s = cudnnBackendSetAttribute(d, name, type, count, value);
+}
+
 /* The descriptors plan_build makes and destroys again; only the execution
  * plan outlives it. */
 typedef struct conv_graph {
@@ -459,16 +468,11 @@ static cudnnStatus_t tensor_make(int64_t uid, cudnnDataType_t dt, int nd, const 
   str[nd - 1] = 1;
   for (int a = nd - 2; a >= 0; a--) str[a] = str[a + 1] * dims[a + 1];
   cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, out);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd, dims);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd, str);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(*out, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+  battr(&s, *out, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+  battr(&s, *out, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, nd, dims);
+  battr(&s, *out, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, nd, str);
+  battr(&s, *out, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+  battr(&s, *out, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(*out);
   return s;
 }
@@ -495,26 +499,13 @@ static cudnnStatus_t graph_make(cudnnHandle_t h, const conv_key *k, conv_graph *
   if (s == CUDNN_STATUS_SUCCESS) {
     const int64_t dims = k->rank;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1,
-                                 &dims);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE,
-                                   1, &dt);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE,
-                                   CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64,
-                                   dims, k->pad);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64,
-                                   dims, k->pad);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64,
-                                   dims, k->dil);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES,
-                                   CUDNN_TYPE_INT64, dims, k->stride);
+    battr(&s, g->conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims);
+    battr(&s, g->conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
+    battr(&s, g->conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+    battr(&s, g->conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, dims, k->pad);
+    battr(&s, g->conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, dims, k->pad);
+    battr(&s, g->conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, dims, k->dil);
+    battr(&s, g->conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, dims, k->stride);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(g->conv);
   }
   if (s == CUDNN_STATUS_SUCCESS)
@@ -524,33 +515,24 @@ static cudnnStatus_t graph_make(cudnnHandle_t h, const conv_key *k, conv_graph *
     const double one_d = 1.0, zero_d = 0.0;
     const bool f = k->dtype == BK_F32;
     const cudnnBackendAttributeType_t st = f ? CUDNN_TYPE_FLOAT : CUDNN_TYPE_DOUBLE;
-    s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->x);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->w);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->y);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->conv);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, st, 1,
-                                   f ? (const void *)&one_f : (const void *)&one_d);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, st, 1,
-                                   f ? (const void *)&zero_f : (const void *)&zero_d);
+    battr(&s, g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          &g->x);
+    battr(&s, g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          &g->w);
+    battr(&s, g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          &g->y);
+    battr(&s, g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+          CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->conv);
+    battr(&s, g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, st, 1,
+          f ? (const void *)&one_f : (const void *)&one_d);
+    battr(&s, g->op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, st, 1,
+          f ? (const void *)&zero_f : (const void *)&zero_d);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(g->op);
   }
   if (s == CUDNN_STATUS_SUCCESS)
     s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g->graph);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(g->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->op);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(g->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                                 &h);
+  battr(&s, g->graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g->op);
+  battr(&s, g->graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(g->graph);
   return s;
 }
@@ -597,11 +579,8 @@ static cudnnStatus_t plan_from_heuristic(cudnnHandle_t h, cudnnBackendDescriptor
                                          cudnnBackendHeurMode_t mode, bool f32, conv_plan *p) {
   cudnnBackendDescriptor_t heur = NULL;
   cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
-                                 CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+  battr(&s, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  battr(&s, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(heur);
   int64_t count = 0;
   if (s == CUDNN_STATUS_SUCCESS)
@@ -625,11 +604,9 @@ static cudnnStatus_t plan_from_heuristic(cudnnHandle_t h, cudnnBackendDescriptor
     if (s != CUDNN_STATUS_SUCCESS || !ok) continue;
     cudnnBackendDescriptor_t plan = NULL;
     s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
-    if (s == CUDNN_STATUS_SUCCESS)
-      s = cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
+    battr(&s, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+    battr(&s, plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+          &cfg[i]);
     if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(plan);
     int64_t ws = 0, n = 0;
     if (s == CUDNN_STATUS_SUCCESS)
@@ -781,8 +758,9 @@ static bk_status depthwise_launch(bk_context *ctx, const T *x, const T *w, const
   return bk__cuda_launched("bk_conv", "depthwise_kernel");
 }
 
-/* The geometry normalized to three spatial axes (leading unit axes). */
-static direct_geom direct_geom_of(const bk_conv_geom *g) {
+template <typename T>
+static bk_status direct_launch(bk_context *ctx, const T *x, const T *w, const T *bias, T *y,
+                               const bk_conv_geom *g) {
   direct_geom d;
   memset(&d, 0, sizeof d);
   d.n = g->n;
@@ -804,13 +782,6 @@ static direct_geom direct_geom_of(const bk_conv_geom *g) {
   d.k_vol = g->k_volume;
   d.out_vol = g->out_volume;
   d.total = g->n * g->c_out * g->out_volume;
-  return d;
-}
-
-template <typename T>
-static bk_status direct_launch(bk_context *ctx, const T *x, const T *w, const T *bias, T *y,
-                               const bk_conv_geom *g) {
-  const direct_geom d = direct_geom_of(g);
   const unsigned blocks = bk_cuda_blocks(ctx, d.total, 256);
   direct_kernel<T><<<blocks, 256, 0, bk_stream(ctx)>>>(x, w, bias, y, d);
   return bk__cuda_launched("bk_conv", "direct_kernel");
@@ -839,7 +810,7 @@ static bool depthwise_nd_plan(const bk_conv_geom *g, size_t elem, dwt_geom *d, s
     d->pad[a] = (int)pb;
     d->out[a] = (int)out;
   }
-  if (g->in[0] > 0 && (int64_t)d->in[1] * d->in[2] > INT_MAX) return false;
+  if ((int64_t)d->in[1] * d->in[2] > INT_MAX) return false; /* rows of a plane */
   if (g->k_volume > INT_MAX || g->c_out > INT_MAX || g->c_in > INT_MAX) return false;
   int tw = 8;
   while (tw < 64 && tw < d->out[2]) tw *= 2;
@@ -970,14 +941,9 @@ static bk_status plan_run(cudnnHandle_t h, const conv_plan *p, const void *x, co
   void *ptrs[3] = {(void *)x, (void *)w, y};
   cudnnBackendDescriptor_t pack = NULL;
   cudnnStatus_t s = cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
-                                 3, ptrs);
-  if (s == CUDNN_STATUS_SUCCESS)
-    s = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
-                                 &ws);
+  battr(&s, pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+  battr(&s, pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+  battr(&s, pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendFinalize(pack);
   if (s == CUDNN_STATUS_SUCCESS) s = cudnnBackendExecute(h, p->plan, pack);
   if (pack) (void)cudnnBackendDestroyDescriptor(pack);
@@ -1000,9 +966,9 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
    * padded copy, from 256-byte aligned scratch) and of the output, and the
    * kernel (or its extracted blocks, from scratch). */
   const bool extract = g->groups > 1;
-  uintptr_t bits = (uintptr_t)y | (uintptr_t)(v->nb * v->y_sample * (int64_t)sizeof(T));
-  if (!v->explicit_pad) bits |= (uintptr_t)x | (uintptr_t)(v->nb * v->x_sample * (int64_t)sizeof(T));
-  else bits |= (uintptr_t)(v->nb * v->x_sample * (int64_t)sizeof(T));
+  uintptr_t bits = (uintptr_t)y | (uintptr_t)(v->nb * v->y_sample * (int64_t)sizeof(T)) |
+                   (uintptr_t)(v->nb * v->x_sample * (int64_t)sizeof(T));
+  if (!v->explicit_pad) bits |= (uintptr_t)x;
   if (!extract) bits |= (uintptr_t)w;
   int64_t align = 16;
   while (align > (int64_t)sizeof(T) && (bits & (uintptr_t)(align - 1))) align /= 2;
@@ -1036,8 +1002,8 @@ static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T 
     T *xp = (T *)base;
     const int64_t segs = (v->pad.q[2] + PAD_SEG - 1) / PAD_SEG;
     pad_kernel<T><<<bk_cuda_blocks(ctx, v->pad.lines * segs * 32, 256), 256, 0, stream>>>(
-        x, xp, v->pad, segs, bk_divider_make((uint64_t)segs), bk_divider_make((uint64_t)v->pad.q[1]),
-        bk_divider_make((uint64_t)v->pad.q[0]));
+        x, xp, v->pad, segs, bk_divider_make((uint64_t)segs),
+        bk_divider_make((uint64_t)v->pad.q[1]), bk_divider_make((uint64_t)v->pad.q[0]));
     st = bk__cuda_launched(fn, "pad_kernel");
     xin = xp;
   }
