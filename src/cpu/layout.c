@@ -130,15 +130,21 @@ static void bcast_range(size_t es, const void *x, void *y, const bk_bcast_geom *
 #define BK_BCAST_SHORT 64
 #define BK_BCAST_BLOCK 4096
 
-/* dst[0..bytes) = src[0..bytes) with streaming stores where dst is 16-byte
- * aligned (vec.h's fence ends the region). */
+/* dst[0..bytes) = src[0..bytes) (bytes a multiple of 4, dst 4-byte
+ * aligned): streaming stores for the 64-byte lines wholly inside the range,
+ * ordinary stores for the partial lines at either end, as typed_t.h's
+ * bk_put does, so that a line is written by streaming stores only or by
+ * ordinary stores only, also where the ranges of consecutive calls share
+ * it (vec.h's fence ends the region). */
 static void bk_stream_bytes(char *restrict dst, const void *restrict src_, int64_t bytes) {
   const char *restrict src = (const char *)src_;
   int64_t i = 0;
 #if defined(__SSE2__)
-  for (; i < bytes && ((uintptr_t)(dst + i) & 15) != 0; i += 4) memcpy(dst + i, src + i, 4);
-  for (; i + 16 <= bytes; i += 16)
-    _mm_stream_si128((__m128i *)(void *)(dst + i), _mm_loadu_si128((const __m128i *)(const void *)(src + i)));
+  for (; i < bytes && ((uintptr_t)(dst + i) & 63) != 0; i += 4) memcpy(dst + i, src + i, 4);
+  for (; i + 64 <= bytes; i += 64)
+    for (int q = 0; q < 64; q += 16)
+      _mm_stream_si128((__m128i *)(void *)(dst + i + q),
+                       _mm_loadu_si128((const __m128i *)(const void *)(src + i + q)));
 #endif
   if (i < bytes) memcpy(dst + i, src + i, (size_t)(bytes - i));
 }
