@@ -14,9 +14,9 @@ BK_INLINE double BK_FN(ln_sq)(const BK_T *restrict x, int64_t n, double mu) {
   for (; j + BK_LANES <= n; j += BK_LANES) {
     for (int q = 0; q < 4; q++) {
 #if BK_T_F32
-      bk_v4f v;
-      memcpy(&v, x + j + 4 * q, sizeof v);
-      const bk_v4d d = __builtin_convertvector(v, bk_v4d) - m4;
+      bk_v4d v;
+      bk_cvt4f(&v, x + j + 4 * q);
+      const bk_v4d d = v - m4;
 #else
       bk_v4d v;
       memcpy(&v, x + j + 4 * q, sizeof v);
@@ -135,13 +135,27 @@ static BK_CPU_CLONES_512 void BK_FN(ln_forward_block)(const BK_T *x, const BK_T 
     return;
   }
   for (int64_t r = r0; r < r1; r++) {
-    const BK_T *xr = x + r * n;
+    const BK_T *restrict xr = x + r * n;
     const double mu = BK_FN(rk_sum64)(xr, n) / (double)n;
     const double var = BK_FN(ln_sq)(xr, n, mu) / (double)n;
     /* var + eps == 0 (a constant row with eps 0) gives +inf here and NaN
      * normalized values: the IEEE result of 0 * inf. */
     const double is = 1.0 / sqrt(var + eps);
     inv_std[r] = (BK_T)is;
+    /* Not streaming, the outputs are written straight, without the tiles
+     * and their copy (22 x 16384 float32 and 2000 x 1024 on 2 threads:
+     * 1.2x and 1.7x); streaming goes through the tiles, whose whole lines
+     * bk_put streams. */
+    if (!stream) {
+      BK_T *restrict nr = nrm + r * n, *restrict orow = out + r * n;
+#pragma omp simd
+      for (int64_t j = 0; j < n; j++) {
+        const double nv = ((double)xr[j] - mu) * is;
+        nr[j] = (BK_T)nv;
+        orow[j] = (BK_T)(nv * (double)gamma[j] + (double)beta[j]);
+      }
+      continue;
+    }
     for (int64_t c = 0; c < n; c += BK_CHUNK) {
       const int64_t len = n - c < BK_CHUNK ? n - c : BK_CHUNK;
 #pragma omp simd

@@ -253,9 +253,9 @@ BK_INLINE double BK_FN(rk_sum64)(const BK_T *restrict x, int64_t n) {
   for (; j + BK_LANES <= n; j += BK_LANES) {
     for (int q = 0; q < 4; q++) {
 #if BK_T_F32
-      bk_v4f v;
-      memcpy(&v, x + j + 4 * q, sizeof v);
-      a[q] += __builtin_convertvector(v, bk_v4d);
+      bk_v4d v;
+      bk_cvt4f(&v, x + j + 4 * q);
+      a[q] += v;
 #else
       bk_v4d v;
       memcpy(&v, x + j + 4 * q, sizeof v);
