@@ -230,7 +230,7 @@ pad_kernel(const T *__restrict__ x, T *__restrict__ xp, pad_geom g, int64_t segs
  * block computes a tile of th x tw outputs of one output plane (n, oc,
  * o0): for each tap index k0 it stages the input region the tile reads
  * from input plane o0*stride0 + k0*dil0 in shared memory, zeros where the
- * padding is (16-byte-free scalar loads, consecutive threads consecutive
+ * padding is (scalar loads, consecutive threads consecutive
  * columns), then each thread adds the taps (k1, k2) of that plane to its
  * `per` outputs (columns threadIdx % tw, rows threadIdx / tw + j*256/tw),
  * the tap's weight read once for all of them. Each output's taps are
@@ -953,9 +953,8 @@ static bk_status plan_run(cudnnHandle_t h, const conv_plan *p, const void *x, co
 /* cuDNN route. *done = 0 (and nothing queued) when cuDNN does not take the
  * shape, so the caller can fall back to direct_kernel. */
 template <typename T>
-static bk_status cudnn_launch(bk_context *ctx, bk_dtype dt, const T *x, const T *w,
-                              const T *bias, T *y, const bk_conv_geom *g, const cudnn_view *v,
-                              int *done) {
+static bk_status cudnn_launch(bk_context *ctx, const T *x, const T *w, const T *bias, T *y,
+                              const bk_conv_geom *g, const cudnn_view *v, int *done) {
   static const char fn[] = "bk_conv";
   *done = 0;
   void *hv = NULL;
@@ -1046,7 +1045,7 @@ static bk_status conv_launch(bk_context *ctx, bk_dtype dt, const T *x, const T *
   cudnn_view v;
   if (cudnn_view_of(g, dt, &v)) {
     int done = 0;
-    const bk_status st = cudnn_launch<T>(ctx, dt, x, w, bias, y, g, &v, &done);
+    const bk_status st = cudnn_launch<T>(ctx, x, w, bias, y, g, &v, &done);
     if (st != BK_OK || done) return st;
   }
   return direct_launch<T>(ctx, x, w, bias, y, g);
