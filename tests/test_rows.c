@@ -672,6 +672,16 @@ static void masked_softmax_ref(const double *s, const double *m, double *ref, in
   }
 }
 
+/* Whether every blocked entry (m == 0) of y is exactly +0. */
+static int blocked_all_zero(const bk_buffer *y, const double *m, int64_t n) {
+  double *g = tl_read(y);
+  int ok = 1;
+  for (int64_t i = 0; i < n; i++)
+    if (m[i] == 0 && (g[i] != 0 || signbit(g[i]))) ok = 0;
+  free(g);
+  return ok;
+}
+
 static void masked_softmax_examples(void) {
   const double inf = INFINITY;
   for (int d = 0; d < TL_DTYPES; d++) {
@@ -729,12 +739,7 @@ static void masked_softmax_random(void) {
       masked_softmax_ref(h, m, ref, rows, cols);
       if (TL_OK(bk_rows_masked_softmax(tl_ctx, bx, bm, rows, cols, &y)) == BK_OK) {
         TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
-        double *g = tl_read(y);
-        int blocked_zero = 1;
-        for (int64_t i = 0; i < n; i++)
-          if (m[i] == 0 && (g[i] != 0 || signbit(g[i]))) blocked_zero = 0;
-        TL_CHECK(blocked_zero, "a blocked entry is not exactly +0");
-        free(g);
+        TL_CHECK(blocked_all_zero(y, m, n), "a blocked entry is not exactly +0");
         for (int64_t i = 0, k = 0; i < n; i++)
           if (m[i] == 0) h[i] = hostile[k++ % 8];
         bk_buffer *bh = tl_buf(dt, h, n);
@@ -753,6 +758,64 @@ static void masked_softmax_random(void) {
       bk_buffer_release(bx);
       bk_buffer_release(bm);
       free(h);
+      free(x);
+      free(m);
+      free(ref);
+    }
+  }
+}
+
+/* Masked rows of every width up to 160 and a spread of wider ones, 37
+ * rows each so that rows start at every offset within a 16-byte vector
+ * (the CUDA row plans read the vectors that overlap a row): a third of the
+ * entries blocked, a fully blocked row, a row with one allowed entry, a row
+ * whose allowed entries are all -inf, hostile blocked scores; against the
+ * reference, blocked entries exactly +0, twice with the same bits. GPU
+ * contexts only. */
+static void masked_softmax_widths(void) {
+  if (tl_dev.kind == BK_DEVICE_CPU) return;
+  static const int64_t wide[][2] = {{37, 509},   {37, 510},   {37, 511},  {37, 512},
+                                    {37, 513},   {37, 1021},  {37, 2049}, {37, 4097},
+                                    {300, 16389}, {300, 8195}, {5, 20011}, {2, 40003}};
+  static const double hostile[] = {NAN, INFINITY, -INFINITY, 1e30};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    int64_t rows, cols;
+    for (int64_t wi = 0; tl_row_width(wi, 50, wide, sizeof wide / sizeof wide[0], &rows, &cols);
+         wi++) {
+      const int64_t n = rows * cols;
+      double *x = tl_xmalloc((size_t)n * sizeof *x), *m = tl_xmalloc((size_t)n * sizeof *m);
+      double *ref = tl_xmalloc((size_t)n * sizeof *ref);
+      tl_seed(9000 + (uint64_t)wi);
+      for (int64_t i = 0; i < n; i++) {
+        x[i] = 4 * tl_randn();
+        m[i] = tl_next() % 3 == 0 ? 0 : 1;
+      }
+      for (int64_t i = 0, k = 0; i < n; i++)
+        if (m[i] == 0) x[i] = hostile[k++ % 4];
+      if (rows > 4) {
+        for (int64_t c = 0; c < cols; c++) {
+          m[1 * cols + c] = 0;
+          m[2 * cols + c] = c == cols / 2;
+          x[3 * cols + c] = -INFINITY;
+        }
+      }
+      tl_round(dt, x, n);
+      masked_softmax_ref(x, m, ref, rows, cols);
+      bk_buffer *bx = tl_buf(dt, x, n), *bm = tl_buf(dt, m, n), *y = NULL, *y2 = NULL;
+      if (TL_OK(bk_rows_masked_softmax(tl_ctx, bx, bm, rows, cols, &y)) == BK_OK) {
+        TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
+        TL_CHECK(blocked_all_zero(y, m, n),
+                 "%" PRId64 " x %" PRId64 ": a blocked entry is not exactly +0", rows, cols);
+        if (TL_OK(bk_rows_masked_softmax(tl_ctx, bx, bm, rows, cols, &y2)) == BK_OK)
+          TL_CHECK(tl_same_bits(y, y2), "masked_softmax is not deterministic");
+      }
+      TL_UNCHANGED(bx, x, n);
+      TL_UNCHANGED(bm, m, n);
+      bk_buffer_release(y);
+      bk_buffer_release(y2);
+      bk_buffer_release(bx);
+      bk_buffer_release(bm);
       free(x);
       free(m);
       free(ref);
@@ -857,6 +920,7 @@ int main(void) {
   TL_RUN(topk_errors);
   TL_RUN(masked_softmax_examples);
   TL_RUN(masked_softmax_random);
+  TL_RUN(masked_softmax_widths);
   TL_RUN(masked_softmax_errors);
   TL_RUN(rows_alloc_failures);
   return tl_finish();

@@ -271,19 +271,57 @@ static void softmax_one_read(void) {
   bk__cpu_set_l2_bytes(tl_ctx, old_l2);
 }
 
-/* Rounds x (dims[0], dims[1], dims[2]) to dt, checks the softmax along axis
- * 1 against the float64 reference and that x is unchanged, frees x. */
-static void midaxis_check(bk_dtype dt, double *x, const int64_t *dims) {
-  const int64_t n = dims[0] * dims[1] * dims[2];
+/* Rounds x (dims, rank entries) to dt, checks the softmax along axis 1
+ * against the float64 reference, twice with the same bits, and that x is
+ * unchanged; frees x. */
+static void fibre_check(bk_dtype dt, double *x, const int64_t *dims, int rank) {
+  int64_t n = 1;
+  for (int i = 0; i < rank; i++) n *= dims[i];
   double *ref = tl_xmalloc((size_t)n * sizeof *ref);
   tl_round(dt, x, n);
-  softmax_ref(x, ref, dims, 3, 1);
+  softmax_ref(x, ref, dims, rank, 1);
   bk_buffer *b = tl_buf(dt, x, n);
-  softmax_check(b, ref, n, dims, 3, 1, tl_ctx);
+  softmax_check(b, ref, n, dims, rank, 1, tl_ctx);
   TL_UNCHANGED(b, x, n);
   bk_buffer_release(b);
   free(x);
   free(ref);
+}
+
+static void midaxis_check(bk_dtype dt, double *x, const int64_t *dims) { fibre_check(dt, x, dims, 3); }
+
+/* Last-axis rows of every width up to 160 and of a spread of wider ones,
+ * around each boundary of the CUDA row plans (lane groups of 1-32 lanes
+ * and 1-8 vectors a lane, a block per row with and without a streamed
+ * tail, the split path), 37 rows each so that rows start at every offset
+ * within a 16-byte vector: NaN, +inf, an all -inf row, -inf and ties among
+ * numbers, against the float64 reference, twice with the same bits. GPU
+ * contexts only (the CPU kernels have their own width tests). */
+static void softmax_row_widths(void) {
+  if (tl_dev.kind == BK_DEVICE_CPU) return;
+  static const int64_t wide[][2] = {
+      {37, 1017}, {37, 1018}, {37, 1019}, {37, 1020}, {37, 1021}, {37, 1023}, {37, 1024},
+      {37, 1025}, {37, 1029}, {37, 2047}, {37, 2049}, {37, 4093}, {37, 4097}, {300, 16383},
+      {300, 16384}, {300, 16389}, {300, 16395}, {5, 20011}, {3, 40003}, {1, 65541}};
+  for (int d = 0; d < TL_DTYPES; d++) {
+    bk_dtype dt = tl_dtypes[d];
+    int64_t rows, cols;
+    for (int64_t wi = 0; tl_row_width(wi, 134, wide, sizeof wide / sizeof wide[0], &rows, &cols);
+         wi++) {
+      const int64_t n = rows * cols, dims[2] = {rows, cols};
+      double *x = tl_xmalloc((size_t)n * sizeof *x);
+      tl_seed(7000 + (uint64_t)wi);
+      for (int64_t i = 0; i < n; i++) x[i] = 4 * tl_randn();
+      if (rows > 5) {
+        x[1 * cols + cols / 2] = NAN;
+        x[2 * cols + cols - 1] = INFINITY;
+        for (int64_t c = 0; c < cols; c++) x[3 * cols + c] = -INFINITY;
+        x[4 * cols] = -INFINITY;
+        if (cols > 1) x[5 * cols + cols - 1] = x[5 * cols];
+      }
+      fibre_check(dt, x, dims, 2);
+    }
+  }
 }
 
 /* Middle-axis shapes aimed at the CUDA tile kernels: fibres at and one
@@ -533,6 +571,7 @@ int main(void) {
   TL_RUN(softmax_examples);
   TL_RUN(softmax_ieee);
   TL_RUN(softmax_random);
+  TL_RUN(softmax_row_widths);
   TL_RUN(softmax_special_fibres);
   TL_RUN(softmax_one_read);
   TL_RUN(softmax_midaxis_tiles);

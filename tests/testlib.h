@@ -262,6 +262,25 @@ static double *tl_read(const bk_buffer *b) {
 }
 
 /* Bitwise equality of two buffers' contents. */
+/* Case i of a row-width scan: 37 rows of i + 1 columns for i < 160, then
+ * 37 rows of 161 + 7*(i - 160) columns for `spread` cases, then the pairs
+ * (rows, cols) of `wide`. Returns 0 past the last case. */
+static int tl_row_width(int64_t i, int64_t spread, const int64_t (*wide)[2], int64_t nwide,
+                        int64_t *rows, int64_t *cols) {
+  *rows = 37;
+  if (i < 160) {
+    *cols = i + 1;
+  } else if (i < 160 + spread) {
+    *cols = 161 + 7 * (i - 160);
+  } else if (i < 160 + spread + nwide) {
+    *rows = wide[i - 160 - spread][0];
+    *cols = wide[i - 160 - spread][1];
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
 static int tl_same_bits(const bk_buffer *a, const bk_buffer *b) {
   int64_t n = bk_buffer_length(a);
   if (n != bk_buffer_length(b) || bk_buffer_dtype(a) != bk_buffer_dtype(b)) return 0;
