@@ -823,6 +823,58 @@ static void masked_softmax_widths(void) {
   }
 }
 
+/* Every load and path of the CUDA row softmax with a mask
+ * (bk__cuda_rows_force, as in test_softmax.c) at widths around each plan's
+ * edges: a third blocked, a fully blocked row, one allowed entry, allowed
+ * entries all -inf, hostile blocked scores; blocked entries exactly +0. */
+static void masked_softmax_forced(void) {
+#ifdef BK_HAVE_CUDA
+  static const int64_t widths[] = {1,   2,   3,   5,   8,   9,   16,  17,  32,   33,   63,
+                                   64,  65,  127, 128, 129, 255, 257, 511, 512, 1021, 4097};
+  static const double hostile[] = {NAN, INFINITY, -INFINITY, 1e30};
+  if (!bk__cuda_rows_force(tl_ctx, 0)) return;
+  for (int strategy = 1; strategy <= 6; strategy++) {
+    TL_CHECK(bk__cuda_rows_force(tl_ctx, strategy), "strategy %d refused", strategy);
+    for (int d = 0; d < TL_DTYPES; d++) {
+      bk_dtype dt = tl_dtypes[d];
+      for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
+        const int64_t rows = 37, cols = widths[w], n = rows * cols;
+        double *x = tl_xmalloc((size_t)n * sizeof *x), *m = tl_xmalloc((size_t)n * sizeof *m);
+        double *ref = tl_xmalloc((size_t)n * sizeof *ref);
+        tl_seed(9600 + w);
+        for (int64_t i = 0; i < n; i++) {
+          x[i] = 4 * tl_randn();
+          m[i] = tl_next() % 3 == 0 ? 0 : 1;
+        }
+        for (int64_t i = 0, k = 0; i < n; i++)
+          if (m[i] == 0) x[i] = hostile[k++ % 4];
+        for (int64_t c = 0; c < cols; c++) {
+          m[1 * cols + c] = 0;
+          m[2 * cols + c] = c == cols / 2;
+          x[3 * cols + c] = -INFINITY;
+        }
+        tl_round(dt, x, n);
+        masked_softmax_ref(x, m, ref, rows, cols);
+        bk_buffer *bx = tl_buf(dt, x, n), *bm = tl_buf(dt, m, n), *y = NULL;
+        if (TL_OK(bk_rows_masked_softmax(tl_ctx, bx, bm, rows, cols, &y)) == BK_OK) {
+          TL_BUF_CLOSE(y, ref, n, tl_tol_red(dt), 1.0);
+          TL_CHECK(blocked_all_zero(y, m, n),
+                   "strategy %d, %" PRId64 " columns: a blocked entry is not exactly +0",
+                   strategy, cols);
+        }
+        bk_buffer_release(y);
+        bk_buffer_release(bx);
+        bk_buffer_release(bm);
+        free(x);
+        free(m);
+        free(ref);
+      }
+    }
+  }
+  TL_CHECK(bk__cuda_rows_force(tl_ctx, 0), "planner not restored");
+#endif
+}
+
 static void masked_softmax_errors(void) {
   double x[6] = {0};
   bk_buffer *b = tl_buf(BK_F32, x, 6), *b64 = tl_buf(BK_F64, x, 6), *b4 = tl_buf(BK_F32, x, 4);
@@ -921,6 +973,7 @@ int main(void) {
   TL_RUN(masked_softmax_examples);
   TL_RUN(masked_softmax_random);
   TL_RUN(masked_softmax_widths);
+  TL_RUN(masked_softmax_forced);
   TL_RUN(masked_softmax_errors);
   TL_RUN(rows_alloc_failures);
   return tl_finish();

@@ -324,6 +324,40 @@ static void softmax_row_widths(void) {
   }
 }
 
+/* Every load and path of the CUDA row softmax (bk__cuda_rows_force:
+ * element by element or 16-byte vectors, each on the planner's path, a
+ * block per row and the split path) at widths around each plan's edges,
+ * 37 rows each (rows starting at every offset within a vector), with the
+ * special rows of softmax_row_widths, against the float64 reference. */
+static void softmax_rows_forced(void) {
+#ifdef BK_HAVE_CUDA
+  static const int64_t widths[] = {1,   2,   3,   4,   5,   7,   8,    9,    16,   17,   31,
+                                   32,  33,  63,  64,  65,  127, 128,  129,  255,  256,  257,
+                                   509, 512, 515, 1017, 1024, 1031, 2049, 4097};
+  if (!bk__cuda_rows_force(tl_ctx, 0)) return;
+  for (int strategy = 1; strategy <= 6; strategy++) {
+    TL_CHECK(bk__cuda_rows_force(tl_ctx, strategy), "strategy %d refused", strategy);
+    for (int d = 0; d < TL_DTYPES; d++) {
+      bk_dtype dt = tl_dtypes[d];
+      for (size_t w = 0; w <= sizeof widths / sizeof widths[0]; w++) {
+        const int64_t rows = w < sizeof widths / sizeof widths[0] ? 37 : 300;
+        const int64_t cols = w < sizeof widths / sizeof widths[0] ? widths[w] : 16389;
+        const int64_t n = rows * cols, dims[2] = {rows, cols};
+        double *x = tl_xmalloc((size_t)n * sizeof *x);
+        tl_seed(7600 + w);
+        for (int64_t i = 0; i < n; i++) x[i] = 4 * tl_randn();
+        x[1 * cols + cols / 2] = NAN;
+        x[2 * cols + cols - 1] = INFINITY;
+        for (int64_t c = 0; c < cols; c++) x[3 * cols + c] = -INFINITY;
+        x[4 * cols] = -INFINITY;
+        fibre_check(dt, x, dims, 2);
+      }
+    }
+  }
+  TL_CHECK(bk__cuda_rows_force(tl_ctx, 0), "planner not restored");
+#endif
+}
+
 /* Middle-axis shapes aimed at the CUDA tile kernels: fibres at and one
  * past the shared-memory tile limits (2048 and 3072 float32 rows, 1536
  * float64), partial last tiles, and more tiles than resident blocks, in a
@@ -572,6 +606,7 @@ int main(void) {
   TL_RUN(softmax_ieee);
   TL_RUN(softmax_random);
   TL_RUN(softmax_row_widths);
+  TL_RUN(softmax_rows_forced);
   TL_RUN(softmax_special_fibres);
   TL_RUN(softmax_one_read);
   TL_RUN(softmax_midaxis_tiles);

@@ -40,6 +40,17 @@ BK_API void bk__cuda_topk_force(int path);
  * a non-CUDA context or another value. */
 BK_API bool bk__cuda_axis_force(bk_context *ctx, int strategy);
 
+/* CUDA builds (src/cuda/softmax.cu, strategy test hook): ctx's last-axis
+ * softmax and hard-masked row softmax take `strategy` from now on, past the
+ * shared-memory row cache: 0 the planner's choice, 1 loads element by
+ * element on the planner's path, 2 16-byte vectors (covering the rows when
+ * their width is not a multiple of the vector; element by element when the
+ * buffers are not all 16-byte aligned) on the planner's path, 3 and 4 the
+ * same loads with a block per row, 5 and 6 the same loads with every row
+ * of more than one vector cut into two or three chunks (the split path).
+ * False (nothing changed) for a non-CUDA context or another value. */
+BK_API bool bk__cuda_rows_force(bk_context *ctx, int strategy);
+
 /* CUDA builds (src/cuda/backend.cu, test hook): device blocks of host data
  * that captured graphs own and that ctx has not yet freed (held by a live
  * graph, or released and waiting for ctx's next allocation). -1 for a

@@ -107,6 +107,9 @@ typedef struct bk_cuda_ctx {
   /* The axis engine's strategy asked for by a test (bk__cuda_axis_force);
    * 0: the planner's. */
   int axis_force;
+  /* The row softmax's loads and path asked for by a test
+   * (bk__cuda_rows_force); 0: the planner's. */
+  int rows_force;
 } bk_cuda_ctx;
 
 /* The CUDA state of a context. */

@@ -654,6 +654,15 @@ static __global__ void __launch_bounds__(256)
 
 /* ---- launchers ------------------------------------------------------------------------ */
 
+/* Paths of the register row softmax: the planner's (a lane group when a
+ * warp holds the row, else a block per row or the split path), a block per
+ * row, the split path. */
+enum { SM_PATH_PLAN = 0, SM_PATH_BLOCK = 1, SM_PATH_SPLIT = 2 };
+/* Strategies a test can ask for (bk__cuda_rows_force): 0 the planner's;
+ * then odd values element by element and even ones 16-byte vectors, on
+ * the path (strategy - 1) / 2. */
+enum { SM_FORCE_AUTO = 0, SM_FORCE_LAST = 6 };
+
 /*
  * The lane group of a row of nv vectors: *G lanes and *C vectors a lane
  * (powers of two), or false when the row needs more than a warp's
@@ -695,7 +704,7 @@ static unsigned sm_group_grid(int64_t rows, int G, int R) {
 
 template <typename T, typename GEO, bool MASKED>
 static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x, const T *mask,
-                                     T *y, int64_t rows, int64_t cols) {
+                                     T *y, int64_t rows, int64_t cols, int path) {
   constexpr int VEC = GEO::vec;
   constexpr int EPT = sm_traits<T>::ept;
   constexpr int NC = EPT / VEC;
@@ -704,7 +713,7 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
   const int64_t nv = sm_row_vectors<VEC>(cols);
 
   int G, C;
-  if (sm_group_plan<T, VEC, MASKED>(nv, &G, &C)) {
+  if (path == SM_PATH_PLAN && sm_group_plan<T, VEC, MASKED>(nv, &G, &C)) {
 #define SM_GROUP(c)                                                                                \
   softmax_group_kernel<T, GEO, c, MASKED>                                                          \
       <<<sm_group_grid(rows, G, sm_group_r<T, VEC, c, MASKED>()), 256, 0, stream>>>(               \
@@ -728,10 +737,15 @@ static bk_status softmax_rows_launch(bk_context *ctx, const char *fn, const T *x
   int64_t nch, clen;
   bk_cuda_split_plan(sm, rows, cols, nv, &nch, &clen);
   const double inflight = (MASKED ? 2.0 : 1.0) * (double)sizeof(T) * (double)cols * (double)sm;
-  if (nch == 1 && nv > 1024 * NC &&
-      inflight > (2.0 / 3.0) * (double)bk_cu(ctx)->l2_bytes) {
-    /* Rows read element by element, longer than the largest register
-     * cache, and so long that the rows a block per row keeps in flight
+  if (path == SM_PATH_SPLIT && nv > 1) {
+    clen = (nv + 2) / 3;
+    nch = (nv + clen - 1) / clen;
+  } else if (path == SM_PATH_BLOCK) {
+    nch = 1;
+  } else if (nch == 1 && nv > 1024 * NC &&
+             inflight > (2.0 / 3.0) * (double)bk_cu(ctx)->l2_bytes) {
+    /* Rows longer than the largest register cache (measured on rows read
+     * element by element), and so long that the rows a block per row keeps in flight
      * (one 1024-thread block per multiprocessor, every operand) pass two
      * thirds of L2: their streamed tails would be read again from memory
      * (27-35% of copy at 87629-131769 columns on the H200). Chunks of the
@@ -778,11 +792,15 @@ static bk_status softmax_rows(bk_context *ctx, const char *fn, const void *x, co
                               void *y, int64_t rows, int64_t cols) {
   constexpr int V = sm_traits<T>::vec;
   /* Rows cached in shared memory (rowcache.cu) take the shapes that suit
-   * them; everything else runs on the register paths below. */
-  int done = 0;
-  const bk_status st = bk__cuda_softmax_rows_cached(ctx, sizeof(T) == 4 ? BK_F32 : BK_F64, x,
-                                                    MASKED ? mask : NULL, y, rows, cols, &done);
-  if (st != BK_OK || done) return st;
+   * them; everything else runs on the register paths below. A strategy
+   * forced by a test (bk__cuda_rows_force) goes past the row cache. */
+  const int force = bk_cu(ctx)->rows_force;
+  if (force == SM_FORCE_AUTO) {
+    int done = 0;
+    const bk_status st = bk__cuda_softmax_rows_cached(
+        ctx, sizeof(T) == 4 ? BK_F32 : BK_F64, x, MASKED ? mask : NULL, y, rows, cols, &done);
+    if (st != BK_OK || done) return st;
+  }
   /* Rows whose width is not a multiple of the vector take the covering
    * vectors above widths measured on the H200 (2026-12-04, seed 1204):
    * float32 rows of more than 64 columns (32 with a mask), float64 rows of
@@ -795,16 +813,31 @@ static bk_status softmax_rows(bk_context *ctx, const char *fn, const void *x, co
    * 64-256 and beyond 1024 float32 columns, masked ones 1.3-2.6x beyond 64. */
   const bool aligned = bk_aligned16(x) && bk_aligned16(y) && (!MASKED || bk_aligned16(mask));
   const int64_t nvc = (cols + 2 * V - 2) / V;
-  const bool cover = sizeof(T) == 8 ? cols > 16 * V && !(nvc > 64 && nvc <= 128)
-                                    : cols > (MASKED ? 8 : 16) * V;
-  if (aligned && cols % V == 0)
-    return softmax_rows_launch<T, sm_geo<V, true>, MASKED>(ctx, fn, (const T *)x, (const T *)mask,
-                                                           (T *)y, rows, cols);
-  if (aligned && cover)
-    return softmax_rows_launch<T, sm_geo<V, false>, MASKED>(ctx, fn, (const T *)x,
-                                                            (const T *)mask, (T *)y, rows, cols);
-  return softmax_rows_launch<T, sm_geo<1, true>, MASKED>(ctx, fn, (const T *)x, (const T *)mask,
-                                                         (T *)y, rows, cols);
+  bool cover = sizeof(T) == 8 ? cols > 16 * V && !(nvc > 64 && nvc <= 128)
+                              : cols > (MASKED ? 8 : 16) * V;
+  bool vec = cols % V == 0 || cover;
+  int path = SM_PATH_PLAN;
+  if (force != SM_FORCE_AUTO) {
+    vec = force % 2 == 0;
+    path = (force - 1) / 2;
+  }
+  const T *xt = (const T *)x, *mt = (const T *)mask;
+  T *yt = (T *)y;
+  if (aligned && vec && cols % V == 0)
+    return softmax_rows_launch<T, sm_geo<V, true>, MASKED>(ctx, fn, xt, mt, yt, rows, cols, path);
+  if (aligned && vec)
+    return softmax_rows_launch<T, sm_geo<V, false>, MASKED>(ctx, fn, xt, mt, yt, rows, cols, path);
+  return softmax_rows_launch<T, sm_geo<1, true>, MASKED>(ctx, fn, xt, mt, yt, rows, cols, path);
+}
+
+/* Test hook (src/core/hooks.h): the loads and path of ctx's row softmax
+ * from now on (0 restores the planner); false for a context that is not a
+ * CUDA one or a strategy outside the list. */
+extern "C" BK_API bool bk__cuda_rows_force(bk_context *ctx, int strategy) {
+  if (!ctx || bk_context_device(ctx).kind != BK_DEVICE_CUDA) return false;
+  if (strategy < SM_FORCE_AUTO || strategy > SM_FORCE_LAST) return false;
+  bk_cu(ctx)->rows_force = strategy;
+  return true;
 }
 
 /* ---- entries -------------------------------------------------------------------------- */
