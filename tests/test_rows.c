@@ -765,6 +765,26 @@ static void masked_softmax_random(void) {
   }
 }
 
+/* Scores and mask of the masked width tests (seeded before): a third of
+ * the entries blocked, with hostile scores; with more than four rows, row
+ * 1 fully blocked, row 2 with one allowed entry, row 3 all -inf scores. */
+static void masked_rows_data(double *x, double *m, int64_t rows, int64_t cols) {
+  static const double hostile[] = {NAN, INFINITY, -INFINITY, 1e30};
+  const int64_t n = rows * cols;
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = 4 * tl_randn();
+    m[i] = tl_next() % 3 == 0 ? 0 : 1;
+  }
+  for (int64_t i = 0, k = 0; i < n; i++)
+    if (m[i] == 0) x[i] = hostile[k++ % 4];
+  if (rows > 4)
+    for (int64_t c = 0; c < cols; c++) {
+      m[1 * cols + c] = 0;
+      m[2 * cols + c] = c == cols / 2;
+      x[3 * cols + c] = -INFINITY;
+    }
+}
+
 /* Masked rows of every width up to 160 and a spread of wider ones, 37
  * rows each so that rows start at every offset within a 16-byte vector
  * (the CUDA row plans read the vectors that overlap a row): a third of the
@@ -777,7 +797,6 @@ static void masked_softmax_widths(void) {
   static const int64_t wide[][2] = {{37, 509},   {37, 510},   {37, 511},  {37, 512},
                                     {37, 513},   {37, 1021},  {37, 2049}, {37, 4097},
                                     {300, 16389}, {300, 8195}, {5, 20011}, {2, 40003}};
-  static const double hostile[] = {NAN, INFINITY, -INFINITY, 1e30};
   for (int d = 0; d < TL_DTYPES; d++) {
     bk_dtype dt = tl_dtypes[d];
     int64_t rows, cols;
@@ -787,19 +806,7 @@ static void masked_softmax_widths(void) {
       double *x = tl_xmalloc((size_t)n * sizeof *x), *m = tl_xmalloc((size_t)n * sizeof *m);
       double *ref = tl_xmalloc((size_t)n * sizeof *ref);
       tl_seed(9000 + (uint64_t)wi);
-      for (int64_t i = 0; i < n; i++) {
-        x[i] = 4 * tl_randn();
-        m[i] = tl_next() % 3 == 0 ? 0 : 1;
-      }
-      for (int64_t i = 0, k = 0; i < n; i++)
-        if (m[i] == 0) x[i] = hostile[k++ % 4];
-      if (rows > 4) {
-        for (int64_t c = 0; c < cols; c++) {
-          m[1 * cols + c] = 0;
-          m[2 * cols + c] = c == cols / 2;
-          x[3 * cols + c] = -INFINITY;
-        }
-      }
+      masked_rows_data(x, m, rows, cols);
       tl_round(dt, x, n);
       masked_softmax_ref(x, m, ref, rows, cols);
       bk_buffer *bx = tl_buf(dt, x, n), *bm = tl_buf(dt, m, n), *y = NULL, *y2 = NULL;
@@ -831,7 +838,6 @@ static void masked_softmax_forced(void) {
 #ifdef BK_HAVE_CUDA
   static const int64_t widths[] = {1,   2,   3,   5,   8,   9,   16,  17,  32,   33,   63,
                                    64,  65,  127, 128, 129, 255, 257, 511, 512, 1021, 4097};
-  static const double hostile[] = {NAN, INFINITY, -INFINITY, 1e30};
   if (!bk__cuda_rows_force(tl_ctx, 0)) return;
   for (int strategy = 1; strategy <= 6; strategy++) {
     TL_CHECK(bk__cuda_rows_force(tl_ctx, strategy), "strategy %d refused", strategy);
@@ -842,17 +848,7 @@ static void masked_softmax_forced(void) {
         double *x = tl_xmalloc((size_t)n * sizeof *x), *m = tl_xmalloc((size_t)n * sizeof *m);
         double *ref = tl_xmalloc((size_t)n * sizeof *ref);
         tl_seed(9600 + w);
-        for (int64_t i = 0; i < n; i++) {
-          x[i] = 4 * tl_randn();
-          m[i] = tl_next() % 3 == 0 ? 0 : 1;
-        }
-        for (int64_t i = 0, k = 0; i < n; i++)
-          if (m[i] == 0) x[i] = hostile[k++ % 4];
-        for (int64_t c = 0; c < cols; c++) {
-          m[1 * cols + c] = 0;
-          m[2 * cols + c] = c == cols / 2;
-          x[3 * cols + c] = -INFINITY;
-        }
+        masked_rows_data(x, m, rows, cols);
         tl_round(dt, x, n);
         masked_softmax_ref(x, m, ref, rows, cols);
         bk_buffer *bx = tl_buf(dt, x, n), *bm = tl_buf(dt, m, n), *y = NULL;
