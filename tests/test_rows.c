@@ -844,7 +844,8 @@ static void masked_softmax_forced(void) {
     for (int d = 0; d < TL_DTYPES; d++) {
       bk_dtype dt = tl_dtypes[d];
       for (size_t w = 0; w < sizeof widths / sizeof widths[0]; w++) {
-        const int64_t rows = 37, cols = widths[w], n = rows * cols;
+        const int64_t rows = 37 + (int64_t)((w + (size_t)strategy) % 3), cols = widths[w];
+        const int64_t n = rows * cols;
         double *x = tl_xmalloc((size_t)n * sizeof *x), *m = tl_xmalloc((size_t)n * sizeof *m);
         double *ref = tl_xmalloc((size_t)n * sizeof *ref);
         tl_seed(9600 + w);

@@ -1,8 +1,8 @@
 /* dev/cuda/softmax_sanitize.c: runs the CUDA row softmax on cuda:0 under each of its strategies
  * (bk__cuda_rows_force: the planner's; element by element or 16-byte vectors, each on the
  * planner's path, a block per row and the split path) at the edges of its plans, in both
- * dtypes, plain and hard-masked, for compute-sanitizer. 37 rows a width, so that rows start at
- * every offset within a vector and the buffer's last vector is partial; one row holds +inf
+ * dtypes, plain and hard-masked, for compute-sanitizer. 37-39 rows a width, so that rows start
+ * at every offset within a vector and the buffer's last vector is partial; one row holds +inf
  * and NaN. Each result is also checked for being repeatable (the same call twice, same bits).
  * Prints the number of calls and of failures; small enough for memcheck and racecheck to
  * finish in about a minute, where test_rows did not finish in 150 s.
@@ -54,7 +54,10 @@ int main(void) {
     for (int dt = 0; dt < 2; dt++) {
       bk_dtype t = dt ? BK_F64 : BK_F32;
       for (unsigned w = 0; w < sizeof widths / sizeof widths[0]; w++) {
-        const long long rows = widths[w] > 4096 ? 5 : 37, cols = widths[w], n = rows * cols;
+        /* 37-39 rows: with one column, the buffer's last vector holds the
+         * ends of several rows. */
+        const long long rows = widths[w] > 4096 ? 5 : 37 + (long long)((w + strategy) % 3);
+        const long long cols = widths[w], n = rows * cols;
         const int64_t dims[2] = {rows, cols};
         bk_buffer *x = input(ctx, t, n, 0), *m = input(ctx, t, n, 1);
         if (!x || !m) return 3;

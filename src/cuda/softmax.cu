@@ -179,6 +179,18 @@ static __device__ __forceinline__ void sm_load(const T *p, int64_t v, int64_t en
   }
 }
 
+/* The first row that touches the buffer's last vector when that vector
+ * reaches past the buffer (the length not a multiple of VEC), else rows:
+ * those rows are the only ones whose loads are tested (TAIL). A row
+ * narrower than a vector can share the last vector with the next. */
+template <typename GEO>
+static __device__ __forceinline__ int64_t sm_tail_row(int64_t rows, int64_t cols) {
+  constexpr int VEC = GEO::vec;
+  const int64_t end = rows * cols;
+  if (GEO::whole || end % VEC == 0) return rows;
+  return (end - 1) / VEC * VEC / cols;
+}
+
 /* Whether every element of vector q of row w lies inside the row. */
 template <typename GEO>
 static __device__ __forceinline__ bool sm_inside(const sm_row &w, int64_t q, int64_t cols) {
@@ -372,12 +384,12 @@ static __global__ void __launch_bounds__(256, 3)
   const int64_t gi = lane / G;
   const int64_t per_unit = (int64_t)P * R;
   const int64_t units = (rows + per_unit - 1) / per_unit;
-  const bool ragged = !GEO::whole && (rows * cols) % VEC != 0;
+  const int64_t tail_row = sm_tail_row<GEO>(rows, cols);
   const int64_t wpb = (int64_t)(blockDim.x >> 5);
   const int64_t wstep = (int64_t)gridDim.x * wpb;
   for (int64_t u = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); u < units; u += wstep) {
     const int64_t r0 = u * per_unit + gi;
-    if (ragged && u == units - 1)
+    if ((u + 1) * per_unit > tail_row)
       sm_group_unit<T, GEO, C, MASKED, true>(x, mask, y, rows, cols, r0, P, G, g);
     else
       sm_group_unit<T, GEO, C, MASKED, false>(x, mask, y, rows, cols, r0, P, G, g);
@@ -520,13 +532,12 @@ template <typename T, typename GEO, bool MASKED>
 static __global__ void __launch_bounds__(1024)
     softmax_block_kernel(const T *__restrict__ x, const T *__restrict__ mask, T *__restrict__ y,
                          int64_t rows, int64_t cols) {
-  constexpr int VEC = GEO::vec;
   static_assert(sm_traits<T>::ept <= 32, "the allowed bits fit in one word");
   __shared__ T sh_max[32];
   __shared__ double sh_sum[32];
-  const bool ragged = !GEO::whole && (rows * cols) % VEC != 0;
+  const int64_t tail_row = sm_tail_row<GEO>(rows, cols);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    if (ragged && r == rows - 1)
+    if (r >= tail_row)
       sm_block_row<T, GEO, MASKED, true>(x, mask, y, rows, cols, r, sh_max, sh_sum);
     else
       sm_block_row<T, GEO, MASKED, false>(x, mask, y, rows, cols, r, sh_max, sh_sum);
@@ -586,16 +597,15 @@ static __global__ void __launch_bounds__(256)
     softmax_split_stats_kernel(const T *__restrict__ x, const T *__restrict__ mask,
                                sm_stat *__restrict__ stats, int64_t rows, int64_t cols,
                                int64_t nch, int64_t clen) {
-  constexpr int VEC = GEO::vec;
   __shared__ T sh_max[32];
   __shared__ double sh_sum[32];
-  const bool ragged = !GEO::whole && (rows * cols) % VEC != 0;
+  const int64_t tail_row = sm_tail_row<GEO>(rows, cols);
   const int64_t units = rows * nch;
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const int64_t r = u / nch, c = u - r * nch;
     T m = (T)-INFINITY;
     double s = 0.0;
-    if (ragged && r == rows - 1)
+    if (r >= tail_row)
       sm_split_stats<T, GEO, MASKED, true>(x, mask, rows, cols, r, c * clen, clen, m, s);
     else
       sm_split_stats<T, GEO, MASKED, false>(x, mask, rows, cols, r, c * clen, clen, m, s);
@@ -620,9 +630,8 @@ static __global__ void __launch_bounds__(256)
     softmax_split_apply_kernel(const T *__restrict__ x, const T *__restrict__ mask,
                                const sm_stat *__restrict__ stats, T *__restrict__ y,
                                int64_t rows, int64_t cols, int64_t nch, int64_t clen) {
-  constexpr int VEC = GEO::vec;
   __shared__ double sh_row[2];
-  const bool ragged = !GEO::whole && (rows * cols) % VEC != 0;
+  const int64_t tail_row = sm_tail_row<GEO>(rows, cols);
   const int64_t units = rows * nch;
   for (int64_t k = blockIdx.x; k < units; k += gridDim.x) {
     const int64_t u = units - 1 - k;
@@ -645,7 +654,7 @@ static __global__ void __launch_bounds__(256)
     __syncthreads();
     const T M = (T)sh_row[0];
     const T inv = (T)(1.0 / sh_row[1]);
-    if (ragged && r == rows - 1)
+    if (r >= tail_row)
       sm_split_write<T, GEO, MASKED, true>(x, mask, y, rows, cols, r, c * clen, clen, M, inv);
     else
       sm_split_write<T, GEO, MASKED, false>(x, mask, y, rows, cols, r, c * clen, clen, M, inv);
