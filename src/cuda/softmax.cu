@@ -124,7 +124,7 @@ static __device__ __forceinline__ double sm_rescale(T m, double s, T M) {
  * same way and written as +0 by their allowed bit, so a row with no allowed
  * entry comes out all +0 without a test of its own, and blocked scores
  * never reach the arithmetic. Only the buffer's last vector can reach past
- * the buffer; it is read element by element.
+ * the buffer; it is read element by element (sm_load, sm_tail_row).
  */
 /* The row geometry of a launch: VEC elements a vector (16 bytes, or 1 when
  * the buffers are not all 16-byte aligned), and whether every row is whole
@@ -162,11 +162,11 @@ template <int VEC> static int64_t sm_row_vectors(int64_t cols) {
   return cols % VEC == 0 ? cols / VEC : (cols + 2 * VEC - 2) / VEC;
 }
 
-/* The buffer's vector v. With TAIL (a row that holds the buffer's last
- * element when the length is not a multiple of VEC), elements at or past
- * end read as 0; no other vector can reach past the buffer, so the loads
- * of every other row carry no test that would keep them from being issued
- * together. */
+/* The buffer's vector v. With TAIL (rows that touch the buffer's last
+ * vector when the length is not a multiple of VEC: sm_tail_row), elements
+ * at or past end read as 0; no other vector can reach past the buffer, so
+ * the loads of every other row carry no test that would keep them from
+ * being issued together. */
 template <typename T, int VEC, bool TAIL>
 static __device__ __forceinline__ void sm_load(const T *p, int64_t v, int64_t end, T *t) {
   if constexpr (VEC == 1 || !TAIL) {
